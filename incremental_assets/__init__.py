@@ -1,0 +1,1 @@
+"""Incremental loads on PySpark into Delta Lake, as partitioned Dagster assets."""

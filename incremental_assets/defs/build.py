@@ -1,0 +1,35 @@
+"""Definitions from a project spec: assets, per-table jobs and schedules, resources."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from incremental_assets.defs.assets import table_asset
+from incremental_assets.defs.partitions import partitions_for
+from incremental_assets.defs.resources import DeltaWarehouse, spark_resource
+from incremental_assets.specs import ProjectSpec
+
+
+def build_definitions(
+    project: ProjectSpec, resources: dict[str, object] | None = None
+) -> dg.Definitions:
+    assets = [table_asset(project, spec) for spec in project.tables]
+    jobs = [
+        dg.define_asset_job(
+            f"load_{spec.name}", selection=[spec.name], partitions_def=partitions_for(spec)
+        )
+        for spec in project.tables
+    ]
+    schedules = [dg.build_schedule_from_partitioned_job(job) for job in jobs]
+    return dg.Definitions(
+        assets=assets,
+        jobs=jobs,
+        schedules=schedules,
+        resources={
+            "spark": spark_resource(),
+            "warehouse": DeltaWarehouse(),
+            **(resources or {}),
+        },
+        # Spark parallelizes inside a step; one process per run keeps one Spark session.
+        executor=dg.in_process_executor,
+    )

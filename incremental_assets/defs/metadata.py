@@ -1,0 +1,40 @@
+"""A load result as Dagster materialization metadata (numbers the UI can plot)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from incremental_assets.engine.load import LoadResult
+from incremental_assets.engine.watermarks import format_value
+
+
+def load_metadata(result: LoadResult, target_rows: int | None, target_path: str) -> dict:
+    metadata: dict[str, object] = {
+        "rows_extracted": result.rows_extracted,
+        "rows_inserted": result.rows_inserted,
+        "rows_updated": result.rows_updated,
+        "rows_deleted": result.rows_deleted,
+        "rows_unchanged": result.rows_unchanged,
+        "duplicates_in_batch": result.duplicates_in_batch,
+        "watermark_before": format_value(result.cursor_before),
+        "watermark_after": format_value(result.cursor_after),
+        "high_water_mark": format_value(result.high_water),
+        "window": result.window,
+        "mode": result.mode,
+        "committed": result.committed,
+        "delta_version": result.delta_version if result.delta_version is not None else -1,
+        "files_added": result.files_added,
+        "files_removed": result.files_removed,
+        "files_skipped": result.files_skipped,
+        "source": result.source,
+        "target": dg.MetadataValue.path(target_path),
+    }
+    if result.lag_seconds is not None:
+        metadata["lag_seconds"] = float(result.lag_seconds)
+    for phase, seconds in result.phase_seconds.items():
+        metadata[f"seconds_{phase}"] = float(seconds)
+    if result.new_columns:
+        metadata["new_columns"] = ", ".join(result.new_columns)
+    if target_rows is not None:
+        metadata["dagster/row_count"] = target_rows
+    return metadata

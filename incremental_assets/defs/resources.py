@@ -1,0 +1,58 @@
+"""Resources: the Spark session (dagster-pyspark) and where Delta tables live."""
+
+from __future__ import annotations
+
+from typing import Union
+
+import dagster as dg
+from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
+from dagster_pyspark import PySparkResource
+from pydantic import Field
+
+from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.spark_session import ensure_required_conf, spark_conf
+from incremental_assets.specs import ProjectSpec, TableSpec
+
+StorageConfig = Union[LocalConfig, S3Config, AzureConfig, GcsConfig]
+
+
+class DeltaWarehouse(dg.ConfigurableResource):
+    """Storage settings for the Delta targets (and Delta sources), shared with
+    dagster-deltalake so local folders and object stores are configured the same way.
+
+    Example:
+        .. code-block:: python
+
+            DeltaWarehouse(storage=S3Config(bucket="lake", region="eu-west-1"))
+    """
+
+    storage: StorageConfig = Field(
+        default_factory=LocalConfig,
+        discriminator="provider",
+        description="delta-rs storage options: local, s3, azure or gcs.",
+    )
+    staging_dir: str | None = Field(
+        default=None,
+        description="Folder for the Parquet hand-off from Spark to delta-rs "
+        "(default: the system temp folder).",
+    )
+
+    def storage_options(self) -> dict[str, str]:
+        options = self.storage.str_dict()
+        options.pop("provider", None)
+        return options
+
+    def target(self, project: ProjectSpec, spec: TableSpec) -> DeltaTarget:
+        return DeltaTarget(spec.name, project.target_path(spec), self.storage_options())
+
+
+def spark_resource(overrides: dict[str, str] | None = None) -> PySparkResource:
+    """dagster-pyspark's resource with the settings the engine needs (UTC, Parquet
+    timestamps). The master is ``INCREMENTAL_ASSETS_SPARK_MASTER`` (default ``local[*]``)."""
+    return PySparkResource(spark_config=spark_conf(overrides))
+
+
+def spark_session(resource: PySparkResource):
+    session = resource.spark_session
+    ensure_required_conf(session)
+    return session

@@ -1,0 +1,210 @@
+"""A source simulator: an operational ``orders`` table and an insert-only ``events`` log.
+
+Each round writes one simulated day, the way real sources misbehave:
+
+- orders (a Delta table, updated in place like a database table): new orders, status
+  updates to orders of the last two days, a burst of rows sharing one timestamp (a batch
+  import), rows that arrive late but inside the lookback, and rows that arrive later than
+  any lookback (only a backfill of their day picks them up);
+- events (Parquet files appended to a folder, ids increasing, zone-less timestamps written
+  in Europe/Berlin wall-clock time): some events of the previous day arrive with new ids.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+UTC = timezone.utc
+EVENTS_ZONE = ZoneInfo("Europe/Berlin")
+
+ORDERS_SCHEMA = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("customer_id", pa.int64()),
+        ("status", pa.string()),
+        ("amount", pa.decimal128(12, 2)),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.int64()),
+        ("event_time", pa.timestamp("us")),  # naive: Europe/Berlin wall clock
+        ("user_id", pa.int64()),
+        ("event_type", pa.string()),
+    ]
+)
+STATUSES = ["placed", "paid", "packed", "shipped", "delivered", "cancelled"]
+EVENT_TYPES = ["view", "click", "add_to_cart", "checkout"]
+
+
+@dataclass
+class RoundSummary:
+    day: datetime
+    orders_new: int
+    orders_updated: int
+    orders_burst: int
+    orders_late: int
+    orders_very_late: int
+    events: int
+    events_late: int
+
+
+@dataclass
+class SourceSimulator:
+    """Writes the demo sources under ``root`` (``orders/`` and ``events/``)."""
+
+    root: Path
+    seed: int = 7
+    new_orders: int = 2000
+    updates: int = 500
+    burst: int = 300
+    late: int = 50
+    very_late: int = 20
+    events_per_day: int = 5000
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        self._rng = random.Random(self.seed)
+        self._next_order = 1
+        self._next_event = 1
+        self._orders_by_day: dict[datetime, list[int]] = {}
+        self._days_written = 0
+
+    @property
+    def orders_path(self) -> str:
+        return str(self.root / "orders")
+
+    @property
+    def events_path(self) -> str:
+        return str(self.root / "events")
+
+    def write_day(self, day: datetime) -> RoundSummary:
+        """Write one simulated day (``day`` is midnight UTC)."""
+        orders, counts = self._orders_for(day)
+        self._upsert_orders(orders)
+        events, late_events = self._events_for(day)
+        Path(self.events_path).mkdir(parents=True, exist_ok=True)
+        pq.write_table(events, f"{self.events_path}/events-{day:%Y%m%d}.parquet")
+        return RoundSummary(day, *counts, events.num_rows, late_events)
+
+    def _at(self, day: datetime, start_hour: float = 0.0, end_hour: float = 24.0) -> datetime:
+        seconds = self._rng.uniform(start_hour * 3600, end_hour * 3600 - 1)
+        return (day + timedelta(seconds=seconds)).replace(microsecond=0)
+
+    def _new_order(self, stamp: datetime) -> dict:
+        order_id = self._next_order
+        self._next_order += 1
+        self._orders_by_day.setdefault(stamp.replace(hour=0, minute=0, second=0), []).append(
+            order_id
+        )
+        return {
+            "order_id": order_id,
+            "customer_id": self._rng.randint(1, 5000),
+            "status": "placed",
+            "amount": Decimal(self._rng.randint(500, 50000)) / 100,
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+
+    def _orders_for(self, day: datetime) -> tuple[list[dict], tuple[int, ...]]:
+        rows = [self._new_order(self._at(day)) for _ in range(self.new_orders)]
+        # A batch import: many rows stamped with one and the same instant.
+        burst_at = day + timedelta(hours=12)
+        rows += [self._new_order(burst_at) for _ in range(self.burst)]
+        updated = 0
+        recent = [
+            oid
+            for d in (day - timedelta(days=1), day - timedelta(days=2))
+            for oid in self._orders_by_day.get(d, [])
+        ]
+        for order_id in self._rng.sample(recent, min(self.updates, len(recent))):
+            stamp = self._at(day)
+            rows.append(
+                {
+                    "order_id": order_id,
+                    "customer_id": None,  # filled from the current row below
+                    "status": self._rng.choice(STATUSES[1:]),
+                    "amount": None,
+                    "created_at": None,
+                    "updated_at": stamp,
+                }
+            )
+            updated += 1
+        late = very_late = 0
+        if day - timedelta(days=1) in self._orders_by_day:
+            # Late, inside a 2h lookback: stamped in the last hour of yesterday.
+            for _ in range(self.late):
+                rows.append(self._new_order(self._at(day - timedelta(days=1), 23, 24)))
+                late += 1
+        if day - timedelta(days=2) in self._orders_by_day:
+            # Later than any lookback: stamped two days ago, mid-morning.
+            for _ in range(self.very_late):
+                rows.append(self._new_order(self._at(day - timedelta(days=2), 8, 10)))
+                very_late += 1
+        return rows, (self.new_orders + self.burst, updated, self.burst, late, very_late)
+
+    def _upsert_orders(self, rows: list[dict]) -> None:
+        inserts = [r for r in rows if r["customer_id"] is not None]
+        updates = [r for r in rows if r["customer_id"] is None]
+        table = pa.Table.from_pylist(inserts, schema=ORDERS_SCHEMA)
+        if not DeltaTable.is_deltatable(self.orders_path):
+            write_deltalake(self.orders_path, table)
+        else:
+            write_deltalake(self.orders_path, table, mode="append")
+        if updates:
+            changes = pa.Table.from_pylist(
+                [
+                    {
+                        "order_id": r["order_id"],
+                        "status": r["status"],
+                        "updated_at": r["updated_at"],
+                    }
+                    for r in updates
+                ],
+                schema=pa.schema(
+                    [ORDERS_SCHEMA.field(n) for n in ("order_id", "status", "updated_at")]
+                ),
+            )
+            (
+                DeltaTable(self.orders_path)
+                .merge(changes, "t.order_id = s.order_id", source_alias="s", target_alias="t")
+                .when_matched_update(updates={"status": "s.status", "updated_at": "s.updated_at"})
+                .execute()
+            )
+
+    def _events_for(self, day: datetime) -> tuple[pa.Table, int]:
+        rows = []
+        late = 0
+        for _ in range(self.events_per_day):
+            if self._days_written and self._rng.random() < 0.02:
+                stamp = self._at(day - timedelta(days=1))
+                late += 1
+            else:
+                stamp = self._at(day)
+            rows.append(
+                {
+                    "event_id": self._next_event,
+                    "event_time": stamp.astimezone(EVENTS_ZONE).replace(tzinfo=None),
+                    "user_id": self._rng.randint(1, 5000),
+                    "event_type": self._rng.choice(EVENT_TYPES),
+                }
+            )
+            self._next_event += 1
+        self._days_written += 1
+        return pa.Table.from_pylist(rows, schema=EVENTS_SCHEMA), late
+
+
+def day(n: int, start: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> datetime:
+    """Midnight UTC of the n-th simulated day (1-based)."""
+    return start + timedelta(days=n - 1)

@@ -1,0 +1,97 @@
+"""Verifications of a target table, for asset checks: plain functions over Spark and the
+Delta log."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.transforms import quote
+from incremental_assets.engine.watermarks import WatermarkKind, parse_value
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    passed: bool
+    description: str
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+def keys_unique(spark: SparkSession, target: DeltaTarget, keys: Sequence[str]) -> CheckOutcome:
+    """No key appears twice in the target (reads only the key columns)."""
+    if not target.exists():
+        return CheckOutcome(True, "target does not exist yet", {"duplicate_keys": 0})
+    df = target.to_spark(spark).select(*[F.col(quote(k)) for k in keys])
+    dupes = df.groupBy(*df.columns).count().filter(F.col("count") > 1)
+    count = dupes.count()
+    sample = [str(tuple(r[k] for k in keys)) for r in dupes.limit(5).collect()] if count else []
+    description = "every key is unique" if not count else f"{count} keys appear more than once"
+    return CheckOutcome(
+        count == 0, description, {"duplicate_keys": count, "sample": ", ".join(sample)}
+    )
+
+
+def watermark_monotonic(target: DeltaTarget, kind: WatermarkKind) -> CheckOutcome:
+    """Across the loader's commits in the Delta log, the cursor never moved backwards, and
+    the application transaction holds the latest commit's cursor."""
+    if not target.exists():
+        return CheckOutcome(True, "target does not exist yet", {"loads": 0})
+    table = target.open()
+    loads = list(reversed(target.loads(table)))
+    previous = None
+    for load in loads:
+        text = load.get("cursor_after")
+        if not text or text == "-":
+            continue
+        value = parse_value(text, kind)
+        if previous is not None and value < previous:
+            return CheckOutcome(
+                False,
+                f"cursor moved backwards at Delta version {load['version']}: "
+                f"{text} after {previous}",
+                {"loads": len(loads), "version": load["version"]},
+            )
+        previous = value
+    state = target.state(kind)
+    if previous is not None and state.cursor != previous:
+        return CheckOutcome(
+            False,
+            f"application transaction holds {state.cursor}, last commit says {previous}",
+            {"loads": len(loads)},
+        )
+    return CheckOutcome(
+        True, f"cursor non-decreasing over {len(loads)} loads", {"loads": len(loads)}
+    )
+
+
+def counts_match_table(
+    target: DeltaTarget, version: int | None, inserted: int, updated: int, deleted: int
+) -> CheckOutcome:
+    """The run's reported counts agree with the Delta commit it made: the commit's own
+    merge metrics, and the change in the snapshot's row count (from file statistics)."""
+    if version is None or not target.exists():
+        return CheckOutcome(True, "nothing committed", {})
+    table = target.open(version)
+    after = row_count(table)
+    before = row_count(target.open(version - 1)) if version > 0 else 0
+    commit = next((c for c in target.loads(target.open(version), limit=1)), None)
+    problems = []
+    if after - before != inserted - deleted:
+        problems.append(
+            f"table grew by {after - before} rows but the run reports "
+            f"{inserted} inserted and {deleted} deleted"
+        )
+    if commit and commit.get("operation") == "MERGE":
+        metrics = commit.get("operation_metrics", {})
+        for name, reported in (("inserted", inserted), ("updated", updated), ("deleted", deleted)):
+            logged = int(metrics.get(f"num_target_rows_{name}", 0))
+            if logged != reported:
+                problems.append(f"{name}: run reports {reported}, Delta log says {logged}")
+    metadata = {"rows_before": before, "rows_after": after, "delta_version": version}
+    if problems:
+        return CheckOutcome(False, "; ".join(problems), metadata)
+    return CheckOutcome(True, f"rows {before} -> {after} match the reported counts", metadata)

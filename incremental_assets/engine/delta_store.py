@@ -1,0 +1,262 @@
+"""The Delta target: its committed state (cursor, version) and the exactly-once commit.
+
+The data of a run and its new cursor go into one Delta commit: the cursor as readable
+commit metadata (``incremental_assets.*`` keys of the commit info) and as the version of
+the application transaction ``incremental_assets/<table>``. The Delta log is the truth:
+a run reads its starting cursor from it, never from the orchestrator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from incremental_assets.engine import delta_io
+from incremental_assets.engine.errors import ConcurrentLoadError
+from incremental_assets.engine.strategies import MergePlan
+from incremental_assets.engine.watermarks import (
+    WatermarkKind,
+    WatermarkValue,
+    from_transaction_version,
+    to_transaction_version,
+)
+
+META_PREFIX = "incremental_assets."
+# Above this many staged rows the merge streams its source (bounded memory) at the price
+# of delta-rs's early file pruning, which needs the source's min/max up front.
+_STREAM_ABOVE_ROWS = 2_000_000
+
+
+def app_id(table: str) -> str:
+    return f"incremental_assets/{table}"
+
+
+@dataclass(frozen=True)
+class TargetState:
+    exists: bool
+    version: int | None = None
+    cursor: WatermarkValue | None = None
+    schema: StructType | None = None
+    last_load: dict[str, Any] = field(default_factory=dict)
+    table: DeltaTable | None = None
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    committed: bool
+    version: int | None
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    files_added: int = 0
+    files_removed: int = 0
+    files_scanned: int = 0
+    files_skipped: int = 0
+    created_table: bool = False
+    cursor_only: bool = False
+
+
+class DeltaTarget:
+    """One table's Delta location and storage options (delta-rs ``storage_options``)."""
+
+    def __init__(self, table: str, path: str, storage_options: Mapping[str, str] | None = None):
+        self.table_name = table
+        self.path = path
+        self.storage_options = dict(storage_options or {})
+
+    def exists(self) -> bool:
+        return DeltaTable.is_deltatable(self.path, storage_options=self.storage_options or None)
+
+    def open(self, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.path, version=version, storage_options=self.storage_options or None)
+
+    def state(self, kind: WatermarkKind) -> TargetState:
+        if not self.exists():
+            return TargetState(exists=False)
+        table = self.open()
+        txn = table.transaction_version(app_id(self.table_name))
+        cursor = from_transaction_version(txn, kind) if txn is not None else None
+        return TargetState(
+            exists=True,
+            version=table.version(),
+            cursor=cursor,
+            schema=delta_io.spark_schema(table),
+            last_load=self.last_load(table),
+            table=table,
+        )
+
+    def loads(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
+        """This loader's commits, newest first, with their metadata and Delta metrics."""
+        table = table or self.open()
+        out = []
+        for commit in table.history(limit):
+            if f"{META_PREFIX}table" not in commit:
+                continue
+            meta = {
+                k.removeprefix(META_PREFIX): v
+                for k, v in commit.items()
+                if k.startswith(META_PREFIX)
+            }
+            meta["version"] = commit.get("version")
+            meta["timestamp"] = commit.get("timestamp")
+            meta["operation"] = commit.get("operation")
+            meta["operation_metrics"] = commit.get("operationMetrics") or {}
+            out.append(meta)
+        return out
+
+    def last_load(self, table: DeltaTable) -> dict:
+        # Most recent commits first; maintenance commits may sit between loads.
+        for limit in (20, None):
+            loads = self.loads(table, limit)
+            if loads:
+                return loads[0]
+        return {}
+
+    def to_spark(self, spark: SparkSession, version: int | None = None) -> DataFrame:
+        return delta_io.read_files(spark, self.open(version))
+
+    def commit(
+        self,
+        state: TargetState,
+        staged_path: str,
+        plan: MergePlan,
+        *,
+        kind: WatermarkKind,
+        cursor_before: WatermarkValue | None,
+        cursor_after: WatermarkValue | None,
+        metadata: Mapping[str, Any],
+        partition_by: list[str],
+        add_new_columns: bool,
+    ) -> CommitResult:
+        """Land the staged increment and the new cursor in one Delta commit.
+
+        Writes nothing when no row changes and the cursor stays put.
+        """
+        properties = self._properties(kind, cursor_after, metadata)
+        dataset = pads.dataset(staged_path, format="parquet")
+        staged_rows = dataset.count_rows()
+        try:
+            if not state.exists:
+                if staged_rows == 0 and cursor_after is None:
+                    return CommitResult(committed=False, version=None)
+                write_deltalake(
+                    self.path,
+                    dataset.scanner().to_reader(),
+                    # "error": a table created by a concurrent first load fails this one.
+                    mode="error",
+                    partition_by=partition_by or None,
+                    storage_options=self.storage_options or None,
+                    commit_properties=properties,
+                )
+                version = self.open().version()
+                return CommitResult(
+                    committed=True,
+                    version=version,
+                    rows_inserted=staged_rows,
+                    files_added=len(self.open().file_uris()),
+                    created_table=True,
+                )
+            assert state.table is not None
+            metrics: dict[str, Any] = {}
+            if staged_rows:
+                merger = state.table.merge(
+                    source=dataset.scanner().to_reader(),
+                    predicate=plan.predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=add_new_columns,
+                    streamed_exec=staged_rows > _STREAM_ABOVE_ROWS,
+                    commit_properties=properties,
+                )
+                metrics = plan.apply(merger).execute()
+            changed = metrics.get("num_target_files_added", 0) or metrics.get(
+                "num_target_files_removed", 0
+            )
+            if changed:
+                return _result(metrics, self.open().version())
+            if cursor_after is not None and cursor_after != cursor_before:
+                # Nothing to write, but the cursor moves: record it alone, still atomically.
+                state.table.create_write_transaction(
+                    actions=[],
+                    mode="append",
+                    schema=state.table.schema(),
+                    commit_properties=properties,
+                )
+                return CommitResult(
+                    committed=True,
+                    version=self.open().version(),
+                    cursor_only=True,
+                    files_scanned=metrics.get("num_target_files_scanned", 0),
+                    files_skipped=metrics.get("num_target_files_skipped_during_scan", 0),
+                )
+            return CommitResult(
+                committed=False,
+                version=state.version,
+                files_scanned=metrics.get("num_target_files_scanned", 0),
+                files_skipped=metrics.get("num_target_files_skipped_during_scan", 0),
+            )
+        except (CommitFailedError, DeltaError) as exc:
+            if not isinstance(exc, CommitFailedError) and "exists" not in str(exc).lower():
+                raise
+            raise ConcurrentLoadError(
+                self.table_name,
+                f"another writer committed to {self.path} during this run ({exc}); "
+                "nothing from this run was committed.",
+                "re-run; limit each table to one run at a time (its Dagster pool)",
+            ) from None
+
+    def _properties(
+        self, kind: WatermarkKind, cursor: WatermarkValue | None, metadata: Mapping[str, Any]
+    ) -> CommitProperties:
+        custom = {f"{META_PREFIX}{k}": _plain(v) for k, v in metadata.items()}
+        custom[f"{META_PREFIX}table"] = self.table_name
+        transactions = None
+        if cursor is not None:
+            transactions = [
+                Transaction(
+                    app_id(self.table_name),
+                    to_transaction_version(cursor, kind),
+                    int(time.time() * 1000),
+                )
+            ]
+        return CommitProperties(custom_metadata=custom, app_transactions=transactions)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return json.dumps(value, default=str)
+
+
+def _result(metrics: dict[str, Any], version: int) -> CommitResult:
+    return CommitResult(
+        committed=True,
+        version=version,
+        rows_inserted=int(metrics.get("num_target_rows_inserted", 0)),
+        rows_updated=int(metrics.get("num_target_rows_updated", 0)),
+        rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
+        files_added=int(metrics.get("num_target_files_added", 0)),
+        files_removed=int(metrics.get("num_target_files_removed", 0)),
+        files_scanned=int(metrics.get("num_target_files_scanned", 0)),
+        files_skipped=int(metrics.get("num_target_files_skipped_during_scan", 0)),
+    )
+
+
+def row_count(table: DeltaTable) -> int:
+    """Rows in the snapshot, from the log's per-file statistics (no data read)."""
+    counts = delta_io.live_files(table).column("num_records").to_pylist()
+    return int(sum(c or 0 for c in counts))
+
+
+def arrow_schema(table: DeltaTable) -> pa.Schema:
+    return pa.schema(table.schema().to_arrow())

@@ -1,0 +1,21 @@
+"""Crash points for exactly-once tests: a real process kill at a named step of a load.
+
+Set ``INCREMENTAL_ASSETS_CRASH_AT`` to a point name (``after_extract``, ``after_commit``)
+and the process kills itself with SIGKILL there: no ``finally`` block, no clean-up, as
+with an out-of-memory kill or a lost machine. Unset (always, outside tests), this is a
+dictionary look-up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+CRASH_ENV = "INCREMENTAL_ASSETS_CRASH_AT"
+POINTS = ("after_extract", "after_commit")
+
+
+def crash_point(name: str) -> None:
+    assert name in POINTS, name
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,340 @@
+"""One incremental load: probe -> window -> extract -> validate -> stage -> commit.
+
+Example:
+    >>> result = run_load(spark, spec, DeltaTarget(spec.name, path), request)  # doctest: +SKIP
+    >>> result.rows_inserted, result.cursor_after  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.engine import predicates, transforms, validation
+from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, TargetState
+from incremental_assets.engine.errors import NullValuesError
+from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.sources import Source, open_source
+from incremental_assets.engine.strategies import merge_plan
+from incremental_assets.engine.watermarks import (
+    WatermarkValue,
+    format_value,
+    from_transaction_version,
+    lag_seconds,
+    parse_value,
+)
+from incremental_assets.engine.windows import LoadRequest, Window, WindowPolicy, plan_window
+from incremental_assets.specs import TableSpec
+
+Hook = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a run did, for metadata and checks. Counts come from the write itself."""
+
+    table: str
+    mode: str
+    window: str
+    cursor_before: WatermarkValue | None
+    cursor_after: WatermarkValue | None
+    high_water: WatermarkValue | None
+    rows_extracted: int
+    rows_staged: int
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    committed: bool
+    delta_version: int | None
+    lag_seconds: float | None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    files_added: int = 0
+    files_removed: int = 0
+    files_scanned: int = 0
+    files_skipped: int = 0
+    new_columns: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def rows_unchanged(self) -> int:
+        return self.rows_staged - self.rows_inserted - self.rows_updated
+
+    @property
+    def duplicates_in_batch(self) -> int:
+        return self.rows_extracted - self.rows_staged
+
+
+class _Phases:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - start, 3)
+
+
+def window_policy(spec: TableSpec) -> WindowPolicy:
+    return WindowPolicy(
+        kind=spec.watermark.kind,
+        lookback=spec.watermark.lookback,
+        settle_lag=spec.watermark.settle_lag,
+        partitions_cut_watermark=spec.partitions_cut_watermark,
+        history_start=spec.partitioning.start,
+    )
+
+
+def run_load(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    request: LoadRequest,
+    *,
+    source_storage: Mapping[str, str] | None = None,
+    staging_dir: str | None = None,
+    hook: Hook | None = None,
+) -> LoadResult:
+    """Load one window of ``spec``'s source into ``target``, exactly once.
+
+    ``hook`` is called with a phase name (``probed``, ``staged``, ``committed``) as the run
+    passes it; tests use it to change the source mid-run.
+
+    Raises:
+        IncrementalLoadError: bad source, schema or rows; nothing is committed.
+    """
+    hook = hook or (lambda _phase: None)
+    phase = _Phases()
+    started = time.perf_counter()
+
+    with phase("probe"):
+        source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
+        validation.check_source_columns(spec, source.schema)
+        state = target.state(spec.watermark.kind)
+        clock = source.clock()
+        window = plan_window(
+            window_policy(spec),
+            state.cursor,
+            request,
+            clock,
+            partition_high_water=_partition_high_water(state),
+        )
+        _fail_on_null_watermarks(spec, source)
+        window = window.with_high_water(_high_water(spec, source, window))
+    hook("probed")
+
+    if window.is_empty:
+        return _result(spec, source, window, state, None, 0, 0, clock, phase, started)
+
+    stage_root = tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir)
+    try:
+        with phase("extract"):
+            increment, observation, new_columns = _increment(spec, source, window, state)
+            staged_path = f"{stage_root}/increment"
+            increment.write.mode("overwrite").parquet(staged_path)
+            observed = observation.get
+            _fail_on_null_keys(spec, observed)
+            rows_extracted = int(observed["rows"])
+            partition_high_water = _later(
+                _partition_high_water(state),
+                from_transaction_version(int(observed["pc_max"]), "timestamp")
+                if observed["pc_max"] is not None
+                else None,
+            )
+            rows_staged = _count_staged(staged_path)
+        hook("staged")
+        crash_point("after_extract")
+
+        with phase("commit"):
+            commit = target.commit(
+                state,
+                staged_path,
+                merge_plan(spec.strategy, spec.keys, spec.watermark.column),
+                kind=spec.watermark.kind,
+                cursor_before=window.cursor_before,
+                cursor_after=window.cursor_after,
+                metadata={
+                    "run_id": request.run_id,
+                    "partition": request.partition_label,
+                    "mode": window.mode,
+                    "window": window.describe(),
+                    "cursor_before": format_value(window.cursor_before),
+                    "cursor_after": format_value(window.cursor_after),
+                    "watermark_kind": spec.watermark.kind,
+                    "rows_extracted": rows_extracted,
+                    "rows_staged": rows_staged,
+                    "partition_high_water": format_value(partition_high_water),
+                },
+                partition_by=list(spec.target.partition_by),
+                add_new_columns=spec.on_schema_change == "append_new_columns",
+            )
+        hook("committed")
+        crash_point("after_commit")
+    finally:
+        shutil.rmtree(stage_root, ignore_errors=True)
+
+    return _result(
+        spec,
+        source,
+        window,
+        state,
+        commit,
+        rows_extracted,
+        rows_staged,
+        clock,
+        phase,
+        started,
+        new_columns=tuple(new_columns),
+    )
+
+
+def _fail_on_null_watermarks(spec: TableSpec, source: Source) -> None:
+    # A row with no watermark can never enter a window: fail rather than skip it silently.
+    column = spec.watermark.column
+    count = source.count_nulls(column)
+    if count:
+        raise NullValuesError(
+            spec.name,
+            {column: count},
+            f"fill '{column}' in the source (rows without a watermark can never be "
+            "loaded incrementally)",
+        )
+
+
+def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkValue | None:
+    """The source's high-water mark, captured before extraction: max watermark above the
+    cursor and below the cap, or None when no such row exists."""
+    if not window.incremental:
+        return None
+    column = spec.watermark.column
+    part = predicates.probe_part(window, column)
+    types = {f.name: f.dataType for f in source.schema.fields}
+    raw_parts = predicates.to_source_ranges([part], types, spec.source.timezone)
+    df = (
+        source.read(raw_parts)
+        .select(column)
+        .filter(predicates.to_source_filter([part], types, spec.source.timezone))
+        .transform(transforms.to_utc_instants(spec.source.timezone))
+        .filter(predicates.to_filter([part]))
+    )
+    value = F.col(transforms.quote(column))
+    if spec.watermark.kind == "timestamp":
+        # Collect microseconds, not datetimes: PySpark turns timestamps into naive values in
+        # the Python process's local zone.
+        value = F.unix_micros(value)
+    high = df.agg(F.max(value).alias("hw")).collect()[0]["hw"]
+    if high is None:
+        return None
+    return from_transaction_version(int(high), spec.watermark.kind)
+
+
+def _increment(
+    spec: TableSpec, source: Source, window: Window, state: TargetState
+) -> tuple[DataFrame, Observation, list[str]]:
+    wm, part_col = spec.watermark.column, spec.partition_column
+    parts = predicates.window_parts(window, wm, part_col)
+    types = {f.name: f.dataType for f in source.schema.fields}
+    zone = spec.source.timezone
+    raw = source.read(predicates.to_source_ranges(parts, types, zone))
+    normalized = (
+        raw.filter(predicates.to_source_filter(parts, types, zone))
+        .transform(transforms.to_utc_instants(zone))
+        .filter(predicates.to_filter(parts))
+        .transform(transforms.ordered_columns(spec.keys, wm))
+        .transform(transforms.with_row_hash())
+    )
+    new_columns: list[str] = []
+    if state.schema is not None:
+        new_columns = validation.check_against_target(spec, normalized.schema, state.schema)
+    observation = Observation(f"extract_{spec.name}")
+    observed = normalized.observe(
+        observation,
+        F.count(F.lit(1)).alias("rows"),
+        *[transforms.null_count(k).alias(f"null:{k}") for k in spec.keys],
+        F.max(F.unix_micros(F.col(transforms.quote(part_col)))).alias("pc_max"),
+    )
+    increment = observed.transform(transforms.newest_per_key(spec.keys, wm)).sortWithinPartitions(
+        *[F.col(transforms.quote(k)) for k in spec.keys]
+    )
+    return increment, observation, new_columns
+
+
+def _partition_high_water(state: TargetState) -> datetime | None:
+    text = state.last_load.get("partition_high_water")
+    if not text or text == "-":
+        return None
+    value = parse_value(text, "timestamp")
+    assert isinstance(value, datetime)
+    return value
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    values = [v for v in (a, b) if v is not None]
+    return max(values) if values else None
+
+
+def _fail_on_null_keys(spec: TableSpec, observed: dict) -> None:
+    counts = {k: int(observed[f"null:{k}"]) for k in spec.keys if observed[f"null:{k}"]}
+    if counts:
+        raise NullValuesError(
+            spec.name,
+            counts,
+            "fill the key columns in the source, or choose keys that are never null",
+        )
+
+
+def _count_staged(path: str) -> int:
+    import pyarrow.dataset as pads
+
+    return pads.dataset(path, format="parquet").count_rows()
+
+
+def _result(
+    spec: TableSpec,
+    source: Source,
+    window: Window,
+    state: TargetState,
+    commit: CommitResult | None,
+    rows_extracted: int,
+    rows_staged: int,
+    clock: datetime,
+    phase: _Phases,
+    started: float,
+    new_columns: tuple[str, ...] = (),
+) -> LoadResult:
+    phase.seconds["total"] = round(time.perf_counter() - started, 3)
+    committed = bool(commit and commit.committed)
+    cursor_after = window.cursor_after if committed else window.cursor_before
+    return LoadResult(
+        table=spec.name,
+        mode=window.mode,
+        window=window.describe(),
+        cursor_before=window.cursor_before,
+        cursor_after=cursor_after,
+        high_water=window.high_water,
+        rows_extracted=rows_extracted,
+        rows_staged=rows_staged,
+        rows_inserted=commit.rows_inserted if commit else 0,
+        rows_updated=commit.rows_updated if commit else 0,
+        rows_deleted=commit.rows_deleted if commit else 0,
+        committed=committed,
+        delta_version=commit.version if commit else state.version,
+        lag_seconds=lag_seconds(cursor_after, clock),
+        phase_seconds=dict(phase.seconds),
+        files_added=commit.files_added if commit else 0,
+        files_removed=commit.files_removed if commit else 0,
+        files_scanned=commit.files_scanned if commit else 0,
+        files_skipped=commit.files_skipped if commit else 0,
+        new_columns=new_columns,
+        source=source.describe(),
+    )

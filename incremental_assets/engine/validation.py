@@ -1,0 +1,115 @@
+"""Schema checks that fail a run before anything is read or committed."""
+
+from __future__ import annotations
+
+import difflib
+
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from incremental_assets.engine.errors import SchemaMismatchError
+from incremental_assets.engine.transforms import SYSTEM_COLUMNS
+from incremental_assets.specs import TableSpec
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+_TIMESTAMPS = (TimestampType, TimestampNTZType)
+
+
+def check_source_columns(spec: TableSpec, schema: StructType) -> None:
+    """Keys, watermark and partition column exist and have usable types."""
+    names = schema.fieldNames()
+    required = [
+        *[(k, "keys") for k in spec.keys],
+        (spec.watermark.column, "watermark.column"),
+        (spec.partition_column, "partitioning.column"),
+    ]
+    for column, setting in required:
+        if column not in names:
+            close = difflib.get_close_matches(column, names, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise SchemaMismatchError(
+                spec.name,
+                column,
+                f"column '{column}' ({setting}) is not in the source; source columns: "
+                f"{', '.join(names)}.{hint}",
+                f"correct {setting} in the table spec, or add the column to the source",
+            )
+    wm_type = schema[spec.watermark.column].dataType
+    if spec.watermark.kind == "timestamp" and not isinstance(wm_type, _TIMESTAMPS):
+        raise SchemaMismatchError(
+            spec.name,
+            spec.watermark.column,
+            f"watermark column '{spec.watermark.column}' is {wm_type.simpleString()}, "
+            "but watermark.kind is 'timestamp'.",
+            "use a timestamp column, or set watermark.kind: id for an integer column",
+        )
+    if spec.watermark.kind == "id" and not isinstance(wm_type, _INTEGRAL):
+        raise SchemaMismatchError(
+            spec.name,
+            spec.watermark.column,
+            f"watermark column '{spec.watermark.column}' is {wm_type.simpleString()}, "
+            "but watermark.kind is 'id' (an integer).",
+            "use an integer id column, or set watermark.kind: timestamp",
+        )
+    part_type = schema[spec.partition_column].dataType
+    if not isinstance(part_type, _TIMESTAMPS):
+        raise SchemaMismatchError(
+            spec.name,
+            spec.partition_column,
+            f"partition column '{spec.partition_column}' is {part_type.simpleString()}; time "
+            "partitions need a timestamp column.",
+            "set partitioning.column to a timestamp column",
+        )
+    for column in names:
+        if column in SYSTEM_COLUMNS:
+            raise SchemaMismatchError(
+                spec.name,
+                column,
+                f"source column '{column}' uses a name reserved for the loader.",
+                "rename or drop it in the source",
+            )
+
+
+def check_against_target(spec: TableSpec, incoming: StructType, target: StructType) -> list[str]:
+    """Compare the normalized incoming schema with the target's. Returns new column names.
+
+    Raises:
+        SchemaMismatchError: a shared column changed type, a target column vanished from the
+            source, or a new column appeared while ``on_schema_change`` is 'fail'.
+    """
+    target_types = {f.name: f.dataType for f in target.fields}
+    incoming_types = {f.name: f.dataType for f in incoming.fields}
+    for name, dtype in incoming_types.items():
+        if name in target_types and target_types[name].simpleString() != dtype.simpleString():
+            raise SchemaMismatchError(
+                spec.name,
+                name,
+                f"column '{name}' is {dtype.simpleString()} in the source but "
+                f"{target_types[name].simpleString()} in the target.",
+                "cast it back in the source, or migrate the target table (a type change "
+                "is never applied silently)",
+            )
+    missing = [n for n in target_types if n not in incoming_types]
+    if missing:
+        raise SchemaMismatchError(
+            spec.name,
+            missing[0],
+            f"target columns {missing} are no longer in the source.",
+            "restore them in the source, or migrate the target table",
+        )
+    new = [n for n in incoming_types if n not in target_types]
+    if new and spec.on_schema_change == "fail":
+        raise SchemaMismatchError(
+            spec.name,
+            new[0],
+            f"new source columns {new} are not in the target.",
+            "set on_schema_change: append_new_columns in the table spec to add them",
+        )
+    return new

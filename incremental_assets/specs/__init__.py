@@ -1,0 +1,25 @@
+"""Table specs: validated models loaded from YAML."""
+
+from incremental_assets.specs.loader import SpecError, load_project, parse_project
+from incremental_assets.specs.models import (
+    PartitioningSpec,
+    ProjectSpec,
+    SourceSpec,
+    TableSpec,
+    TargetSpec,
+    WarehouseSpec,
+    WatermarkSpec,
+)
+
+__all__ = [
+    "PartitioningSpec",
+    "ProjectSpec",
+    "SourceSpec",
+    "SpecError",
+    "TableSpec",
+    "TargetSpec",
+    "WarehouseSpec",
+    "WatermarkSpec",
+    "load_project",
+    "parse_project",
+]

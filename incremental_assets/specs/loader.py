@@ -1,0 +1,165 @@
+"""Load ``tables.yaml`` into a validated :class:`ProjectSpec`, with errors that name the
+table and the field to change."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from incremental_assets.specs.models import ProjectSpec, TableSpec, WarehouseSpec
+
+_URI_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
+
+
+class SpecError(ValueError):
+    """A table spec is invalid. ``problems`` lists (table, field, message) triples."""
+
+    def __init__(self, source: str, problems: list[tuple[str | None, str, str]]):
+        self.source = source
+        self.problems = problems
+        lines = [f"invalid table spec in {source}:"]
+        for table, field, message in problems:
+            where = f"table '{table}'" if table else "top level"
+            lines.append(f"  - {where}, field '{field}': {message}")
+        super().__init__("\n".join(lines))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node)
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        mapping[key] = loader.construct_object(value_node, deep=True)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_project(path: str | os.PathLike[str]) -> ProjectSpec:
+    """Read and validate a ``tables.yaml``; relative paths resolve against its folder.
+
+    Raises:
+        SpecError: naming each table and field that is wrong, and how to fix it.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(str(path), [(None, "file", "does not exist")])
+    try:
+        raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), [(None, "yaml", str(exc))]) from None
+    return parse_project(raw, source=str(path), base_dir=path.parent)
+
+
+def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
+    if not isinstance(raw, dict):
+        raise SpecError(source, [(None, "file", "must be a mapping with 'warehouse' and 'tables'")])
+    problems: list[tuple[str | None, str, str]] = []
+    unknown = set(raw) - {"warehouse", "tables"}
+    for key in sorted(unknown):
+        problems.append((None, key, _unknown_field_message(key, ["warehouse", "tables"])))
+
+    warehouse = None
+    try:
+        warehouse = WarehouseSpec.model_validate(raw.get("warehouse") or {})
+        warehouse = warehouse.model_copy(update={"root": _resolve(warehouse.root, base_dir)})
+    except ValidationError as exc:
+        problems.extend(_problems(None, exc, WarehouseSpec, prefix="warehouse"))
+
+    tables_raw = raw.get("tables")
+    if not isinstance(tables_raw, list) or not tables_raw:
+        problems.append((None, "tables", "must be a non-empty list of table specs"))
+        tables_raw = []
+
+    tables: list[TableSpec] = []
+    seen: set[str] = set()
+    for index, table_raw in enumerate(tables_raw):
+        name = table_raw.get("name") if isinstance(table_raw, dict) else None
+        label = name if isinstance(name, str) else f"#{index + 1}"
+        if not isinstance(table_raw, dict):
+            problems.append((label, "-", "each table must be a mapping"))
+            continue
+        try:
+            spec = TableSpec.model_validate(table_raw)
+        except ValidationError as exc:
+            problems.extend(_problems(label, exc, TableSpec))
+            continue
+        if spec.name in seen:
+            problems.append((spec.name, "name", "is used by another table; names must be unique"))
+        seen.add(spec.name)
+        tables.append(_resolve_paths(spec, base_dir))
+
+    if problems:
+        raise SpecError(source, problems)
+    assert warehouse is not None
+    return ProjectSpec(warehouse=warehouse, tables=tables)
+
+
+def _resolve(location: str, base_dir: Path) -> str:
+    if location.startswith(_URI_SCHEMES):
+        return location
+    location = os.path.expandvars(os.path.expanduser(location))
+    return str((base_dir / location).resolve())
+
+
+def _resolve_paths(spec: TableSpec, base_dir: Path) -> TableSpec:
+    source = spec.source.model_copy(update={"path": _resolve(spec.source.path, base_dir)})
+    target = spec.target
+    if target.path:
+        target = target.model_copy(update={"path": _resolve(target.path, base_dir)})
+    return spec.model_copy(update={"source": source, "target": target})
+
+
+def _problems(
+    table: str | None, exc: ValidationError, model: type[BaseModel], prefix: str = ""
+) -> list[tuple[str | None, str, str]]:
+    out = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
+        # pydantic reports union members and validators as path parts; keep field names only.
+        loc = [part for part in loc if not part.startswith(("function-", "timedelta", "int"))]
+        field = ".".join([prefix, *loc] if prefix else loc) or "-"
+        if error["type"] == "extra_forbidden":
+            message = _unknown_field_message(loc[-1], _fields_at(model, loc[:-1]))
+        elif error["type"] == "missing":
+            message = "is required but missing"
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"] == "literal_error":
+                message = f"got {error.get('input')!r}; {message[0].lower()}{message[1:]}"
+        out.append((table, field, message))
+    return out
+
+
+def _fields_at(model: type[BaseModel], path: list[str]) -> list[str]:
+    current: Any = model
+    for part in path:
+        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        if field is None:
+            field = next((f for f in current.model_fields.values() if f.alias == part), None)
+        if field is None:
+            return []
+        current = field.annotation
+    if not hasattr(current, "model_fields"):
+        return []
+    return [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _unknown_field_message(name: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    listed = f"; allowed: {', '.join(sorted(allowed))}" if allowed else ""
+    return f"unknown field{hint}{listed}"
