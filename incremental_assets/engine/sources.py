@@ -7,17 +7,19 @@ filter itself applied by the caller so Spark pushes it down), and the source's c
 from __future__ import annotations
 
 import os
+import re
 from abc import ABC, abstractmethod
 from datetime import datetime, timezone
 
 from deltalake import DeltaTable
-from pyspark.errors import AnalysisException
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from incremental_assets.engine import delta_io
-from incremental_assets.engine.errors import SourceNotFoundError
+from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.transforms import quote
 from incremental_assets.specs import SourceSpec
@@ -103,7 +105,17 @@ class FileSource(Source):
             )
         try:
             self._df = self._reader().load(spec.path)
-        except AnalysisException as exc:
+        except (AnalysisException, PySparkException, Py4JJavaError) as exc:
+            if "CANNOT_MERGE_SCHEMAS" in str(exc):
+                column, types = _conflicting_column(str(exc))
+                raise SchemaMismatchError(
+                    table,
+                    column,
+                    f"the files under {spec.path} disagree on the type of column "
+                    f"'{column}' ({' vs '.join(types)}).",
+                    "rewrite or remove the files with the changed type (a type change is "
+                    "never applied silently)",
+                ) from None
             raise SourceNotFoundError(
                 table,
                 f"cannot read {spec.format} files at {spec.path}: {_first_line(exc)}.",
@@ -115,6 +127,10 @@ class FileSource(Source):
         options = dict(self.spec.options)
         if self.spec.format == "csv":
             options.setdefault("header", "true")
+        if self.spec.format == "parquet":
+            # Every file's schema, not the first file's: a column added or retyped in newer
+            # files must be seen (and validated), not silently dropped.
+            options.setdefault("mergeSchema", "true")
         reader = reader.options(**options)
         if self.spec.schema_ddl:
             reader = reader.schema(self.spec.schema_ddl)
@@ -132,6 +148,30 @@ def open_source(spark: SparkSession, table: str, spec: SourceSpec, storage: dict
     if spec.format == "delta":
         return DeltaSource(spark, table, spec, storage)
     return FileSource(spark, table, spec)
+
+
+def _conflicting_column(message: str) -> tuple[str, list[str]]:
+    """The first column whose type differs between the two schemas Spark could not merge."""
+    schemas = [_top_level_fields(m) for m in re.findall(r'"STRUCT<(.*?)>"', message)]
+    if len(schemas) >= 2:
+        first, second = schemas[0], schemas[1]
+        for name, dtype in second.items():
+            if name in first and first[name] != dtype:
+                return name, [first[name].lower(), dtype.lower()]
+    return "-", []
+
+
+def _top_level_fields(body: str) -> dict[str, str]:
+    fields, depth, current = {}, 0, ""
+    for char in body + ",":
+        if char == "," and depth == 0:
+            name, _, dtype = current.strip().partition(":")
+            fields[name.strip().strip("`")] = dtype.strip()
+            current = ""
+            continue
+        depth += (char == "<") - (char == ">")
+        current += char
+    return fields
 
 
 def _first_line(exc: Exception) -> str:

@@ -15,15 +15,27 @@ _ISO = re.compile(
 def parse_duration(value: object) -> timedelta:
     """Parse a duration such as ``"2h"``, ``"1d 6h"``, ``"90m"``, ``"PT2H"`` or seconds as a number.
 
+    Durations are never negative: a negative lookback would open a gap above the cursor.
+
     Raises:
         ValueError: with the accepted forms, when ``value`` is not a duration.
     """
+    result = _parse(value)
+    if result < timedelta(0):
+        raise ValueError(f"{value!r} is not a duration: it is negative; write e.g. '2h'")
+    return result
+
+
+def _parse(value: object) -> timedelta:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
+        raise ValueError(f"{value!r} is not a duration; write it like '30s', '15m' or '2h'")
     if isinstance(value, (int, float)):
-        return timedelta(seconds=value)
+        try:
+            return timedelta(seconds=value)
+        except (OverflowError, ValueError):
+            raise ValueError(f"{value!r} is not a duration (too large)") from None
     if isinstance(value, str):
         text = value.strip().lower()
         if text in ("0", ""):

@@ -21,7 +21,15 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from incremental_assets.specs.durations import parse_duration
 
@@ -83,25 +91,25 @@ class WatermarkSpec(_Spec):
         "sources whose transactions commit rows stamped in the past (timestamps only).",
     )
 
-    @model_validator(mode="before")
+    @field_validator("lookback", mode="before")
     @classmethod
-    def _lookback_matches_kind(cls, data: object) -> object:
-        if isinstance(data, dict) and "lookback" in data and data.get("kind") == "id":
-            value = data["lookback"]
+    def _lookback_matches_kind(cls, value: object, info: ValidationInfo) -> object:
+        kind = info.data.get("kind")
+        if kind == "id":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(
-                    f"lookback {value!r}: an 'id' watermark takes a whole number of ids "
+                    f"{value!r}: an 'id' watermark looks back a whole number of ids "
                     "(e.g. lookback: 1000)"
                 )
-        if isinstance(data, dict) and data.get("kind") == "timestamp":
-            data = {**data, "lookback": parse_duration(data.get("lookback", 0))}
-        return data
+            return value
+        return parse_duration(value)
 
-    @model_validator(mode="after")
-    def _settle_lag_only_for_timestamps(self) -> WatermarkSpec:
-        if self.kind == "id" and self.settle_lag:
-            raise ValueError("settle_lag applies to 'timestamp' watermarks only; remove it")
-        return self
+    @field_validator("settle_lag")
+    @classmethod
+    def _settle_lag_only_for_timestamps(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        if info.data.get("kind") == "id" and value:
+            raise ValueError("applies to 'timestamp' watermarks only; remove it")
+        return value
 
 
 class PartitioningSpec(_Spec):

@@ -1,0 +1,196 @@
+"""The Dagster layer: assets built from YAML, materialized on a real (temporary) instance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+from incremental_assets.defs.build import build_definitions
+from incremental_assets.specs import load_project
+from incremental_assets_tests.conftest import DeltaSourceTable, at, target_rows
+
+TABLES_YAML = """
+warehouse:
+  root: ./warehouse
+tables:
+  - name: orders
+    source: {format: delta, path: ./source/orders}
+    keys: [order_id]
+    watermark: {column: updated_at, kind: timestamp, lookback: 1h}
+    strategy: upsert
+    partitioning: {granularity: daily, start: 2026-01-01}
+"""
+
+
+class Project:
+    def __init__(self, root: Path, yaml_text: str = TABLES_YAML):
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "tables.yaml").write_text(yaml_text)
+        self.spec = load_project(root / "tables.yaml")
+        self.defs = build_definitions(self.spec)
+        self.source = DeltaSourceTable(root / "source" / "orders")
+        self.target = self.defs.resources["warehouse"].target(self.spec, self.spec.tables[0])
+
+    def materialize(self, instance, partition=None, partition_range=None, **kwargs):
+        tags = {}
+        if partition_range:
+            tags = {
+                "dagster/asset_partition_range_start": partition_range[0],
+                "dagster/asset_partition_range_end": partition_range[1],
+            }
+        return dg.materialize(
+            [self.defs.get_assets_def("orders")],
+            partition_key=partition,
+            instance=instance,
+            resources=self.defs.resources,
+            tags=tags,
+            **kwargs,
+        )
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+@pytest.fixture
+def project(tmp_path, spark) -> Project:
+    return Project(tmp_path)
+
+
+def metadata_of(result, name="orders") -> dict:
+    event = result.asset_materializations_for_node(name)[-1]
+    return {k: v.value for k, v in event.metadata.items()}
+
+
+def test_materialization_reports_counts_watermarks_version_and_phase_times(project, instance):
+    project.source.upsert([(1, "placed", 1.0, at(1, 5)), (2, "placed", 2.0, at(1, 6))])
+    project.materialize(instance, "2026-01-01")
+    project.source.upsert([(2, "paid", 2.0, at(2, 1)), (3, "placed", 3.0, at(2, 2))])
+
+    result = project.materialize(instance, "2026-01-02")
+
+    meta = metadata_of(result)
+    assert meta["rows_extracted"] == 2
+    assert (meta["rows_inserted"], meta["rows_updated"], meta["rows_unchanged"]) == (1, 1, 0)
+    assert meta["watermark_before"] == "2026-01-01T06:00:00Z"
+    assert meta["watermark_after"] == "2026-01-02T02:00:00Z"
+    assert meta["delta_version"] == DeltaTable(project.target.path).version() == 1
+    assert meta["dagster/row_count"] == 3
+    assert meta["mode"] == "incremental"
+    for phase in ("probe", "extract", "commit", "total"):
+        assert meta[f"seconds_{phase}"] >= 0
+    assert meta["lag_seconds"] > 0
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {
+        "keys_unique": True,
+        "watermark_never_moves_backwards": True,
+        "counts_match_table": True,
+    }
+
+
+def test_backfill_of_a_range_is_one_run_and_equals_partition_by_partition(
+    tmp_path, spark, instance
+):
+    rows = [(i, "s", float(i), at(1 + i % 4, i % 24)) for i in range(1, 120)]
+    ranged = Project(tmp_path / "ranged")
+    single = Project(tmp_path / "single")
+    for p in (ranged, single):
+        p.source.upsert(rows)
+
+    result = ranged.materialize(instance, partition_range=("2026-01-01", "2026-01-04"))
+    for day in ("2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"):
+        single.materialize(instance, day)
+
+    assert result.success
+    materialized = {e.partition for e in result.get_asset_materialization_events()}
+    assert materialized == {"2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"}
+    assert metadata_of(result)["rows_inserted"] == 119
+    assert target_rows(ranged.target) == target_rows(single.target)
+
+    rerun = ranged.materialize(instance, partition_range=("2026-01-01", "2026-01-04"))
+    assert metadata_of(rerun)["committed"] is False
+    assert target_rows(ranged.target) == target_rows(single.target)
+
+
+def test_bad_source_fails_the_run_with_the_fix_and_commits_nothing(project, instance):
+    project.source.upsert([(1, "placed", 1.0, at(1, 5))])
+    project.materialize(instance, "2026-01-01")
+    version = DeltaTable(project.target.path).version()
+    bad_yaml = TABLES_YAML.replace("column: updated_at", "column: modified_at")
+    broken = Project(Path(project.spec.warehouse.root).parent, bad_yaml)
+
+    result = broken.materialize(instance, "2026-01-02", raise_on_error=False)
+
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.step_failure_data.error.message
+    assert "modified_at" in message and "watermark.column" in message
+    assert DeltaTable(project.target.path).version() == version
+
+
+def test_duplicate_keys_in_target_fail_the_blocking_check(project, instance):
+    project.source.upsert([(1, "placed", 1.0, at(1, 5))])
+    project.materialize(instance, "2026-01-01")
+    # Someone writes to the table behind the loader's back.
+    table = DeltaTable(project.target.path)
+    write_deltalake(project.target.path, table.to_pyarrow_table(), mode="append")
+
+    result = project.materialize(instance, "2026-01-01", raise_on_error=False)
+
+    check = next(c for c in result.get_asset_check_evaluations() if c.check_name == "keys_unique")
+    assert not check.passed
+    assert check.metadata["duplicate_keys"].value == 1
+
+
+def test_watermark_check_fails_when_log_shows_cursor_moving_backwards(project, instance):
+    project.source.upsert([(1, "placed", 1.0, at(1, 5))])
+    project.materialize(instance, "2026-01-01")
+    # A foreign commit that claims an older cursor.
+    table = DeltaTable(project.target.path)
+    table.create_write_transaction(
+        actions=[],
+        mode="append",
+        schema=table.schema(),
+        commit_properties=CommitProperties(
+            custom_metadata={
+                "incremental_assets.table": "orders",
+                "incremental_assets.cursor_after": "2025-12-31T00:00:00Z",
+            }
+        ),
+    )
+
+    result = project.materialize(instance, "2026-01-01", raise_on_error=False)
+
+    check = next(
+        c
+        for c in result.get_asset_check_evaluations()
+        if c.check_name == "watermark_never_moves_backwards"
+    )
+    assert not check.passed
+
+
+def test_each_table_gets_daily_or_hourly_partitions_a_job_and_a_schedule(tmp_path):
+    hourly = TABLES_YAML.replace("granularity: daily", "granularity: hourly").replace(
+        "start: 2026-01-01", "start: 2026-01-01 06:00"
+    )
+    (tmp_path / "tables.yaml").write_text(hourly)
+    defs = build_definitions(load_project(tmp_path / "tables.yaml"))
+
+    asset = defs.get_assets_def("orders")
+    partitions = asset.partitions_def
+    assert isinstance(partitions, dg.HourlyPartitionsDefinition)
+    assert partitions.get_first_partition_key() == "2026-01-01-06:00"
+    assert defs.resolve_job_def("load_orders").partitions_def == partitions
+    schedule = defs.resolve_schedule_def("load_orders_schedule")
+    assert schedule.cron_schedule.endswith("* * *")
+    assert {c.name for c in asset.check_specs} == {
+        "keys_unique",
+        "watermark_never_moves_backwards",
+        "counts_match_table",
+    }
+    assert asset.metadata_by_key[asset.key]["keys"] == "order_id"
