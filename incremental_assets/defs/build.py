@@ -26,7 +26,7 @@ def build_definitions(
         jobs=jobs,
         schedules=schedules,
         resources={
-            "spark": spark_resource(),
+            "spark": spark_resource(project.spark),
             "warehouse": DeltaWarehouse(),
             **(resources or {}),
         },

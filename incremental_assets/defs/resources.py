@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Union
 
 import dagster as dg
@@ -11,7 +12,7 @@ from pydantic import Field
 
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.spark_session import ensure_required_conf, spark_conf
-from incremental_assets.specs import ProjectSpec, TableSpec
+from incremental_assets.specs import ProjectSpec, SparkSpec, TableSpec
 
 StorageConfig = Union[LocalConfig, S3Config, AzureConfig, GcsConfig]
 
@@ -46,9 +47,16 @@ class DeltaWarehouse(dg.ConfigurableResource):
         return DeltaTarget(spec.name, project.target_path(spec), self.storage_options())
 
 
-def spark_resource(overrides: dict[str, str] | None = None) -> PySparkResource:
+def spark_resource(settings: SparkSpec | None = None) -> PySparkResource:
     """dagster-pyspark's resource with the settings the engine needs (UTC, Parquet
-    timestamps). The master is ``INCREMENTAL_ASSETS_SPARK_MASTER`` (default ``local[*]``)."""
+    timestamps). The master is ``INCREMENTAL_ASSETS_SPARK_MASTER``, else ``spark.master``
+    of tables.yaml, else ``local[*]``."""
+    settings = settings or SparkSpec()
+    overrides = dict(settings.conf)
+    if settings.master:
+        overrides["spark.master"] = settings.master
+    if os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER"):
+        overrides["spark.master"] = os.environ["INCREMENTAL_ASSETS_SPARK_MASTER"]
     return PySparkResource(spark_config=spark_conf(overrides))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from incremental_assets.specs.models import ProjectSpec, TableSpec, WarehouseSpec
+from incremental_assets.specs.models import ProjectSpec, SparkSpec, TableSpec, WarehouseSpec
 
 _URI_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
 
@@ -68,9 +68,10 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, [(None, "file", "must be a mapping with 'warehouse' and 'tables'")])
     problems: list[tuple[str | None, str, str]] = []
-    unknown = set(raw) - {"warehouse", "tables"}
+    sections = ["warehouse", "tables", "spark"]
+    unknown = set(raw) - set(sections)
     for key in sorted(unknown):
-        problems.append((None, key, _unknown_field_message(key, ["warehouse", "tables"])))
+        problems.append((None, key, _unknown_field_message(key, sections)))
 
     warehouse = None
     try:
@@ -78,6 +79,12 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
         warehouse = warehouse.model_copy(update={"root": _resolve(warehouse.root, base_dir)})
     except ValidationError as exc:
         problems.extend(_problems(None, exc, WarehouseSpec, prefix="warehouse"))
+
+    spark = SparkSpec()
+    try:
+        spark = SparkSpec.model_validate(raw.get("spark") or {})
+    except ValidationError as exc:
+        problems.extend(_problems(None, exc, SparkSpec, prefix="spark"))
 
     tables_raw = raw.get("tables")
     if not isinstance(tables_raw, list) or not tables_raw:
@@ -105,7 +112,7 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
     if problems:
         raise SpecError(source, problems)
     assert warehouse is not None
-    return ProjectSpec(warehouse=warehouse, tables=tables)
+    return ProjectSpec(warehouse=warehouse, tables=tables, spark=spark)
 
 
 def _resolve(location: str, base_dir: Path) -> str:

@@ -206,9 +206,23 @@ class WarehouseSpec(_Spec):
     root: str = Field(description="Folder or URI under which targets live by default.")
 
 
+class SparkSpec(_Spec):
+    """Spark settings for every run of the project."""
+
+    master: str | None = Field(
+        default=None,
+        description="Spark master URL; default local[*] (or INCREMENTAL_ASSETS_SPARK_MASTER).",
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark settings, e.g. spark.jars: /usr/share/java/postgresql.jar.",
+    )
+
+
 class ProjectSpec(_Spec):
     warehouse: WarehouseSpec
     tables: list[TableSpec]
+    spark: SparkSpec = Field(default_factory=SparkSpec)
 
     def table(self, name: str) -> TableSpec:
         for spec in self.tables:
