@@ -415,3 +415,27 @@ def test_dagster_definitions_validate_fails_on_broken_tables_yaml(tmp_path):
     assert "SpecError" in output
     assert "table 'orders', field 'watermark.colum'" in output
     assert "did you mean 'column'?" in output
+
+
+def test_spark_section_sets_master_and_conf_of_the_spark_resource(tmp_path, monkeypatch):
+    from incremental_assets.defs.build import build_definitions
+
+    monkeypatch.delenv("INCREMENTAL_ASSETS_SPARK_MASTER", raising=False)
+    text = project(ORDERS) + (
+        "spark:\n  master: local[2]\n  conf:\n    spark.jars: /usr/share/java/postgresql.jar\n"
+    )
+    path = tmp_path / "tables.yaml"
+    path.write_text(text)
+
+    config = build_definitions(load_project(path)).resources["spark"].spark_config
+
+    assert config["spark.master"] == "local[2]"
+    assert config["spark.jars"] == "/usr/share/java/postgresql.jar"
+    assert config["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_unknown_spark_setting_section_field_is_refused(tmp_path):
+    err = spec_error(tmp_path, project(ORDERS) + "spark:\n  mastr: local[2]\n")
+
+    assert err.problems[0][1] == "spark.mastr"
+    assert "did you mean 'master'" in str(err)

@@ -263,7 +263,9 @@ def _increment(
         *[transforms.null_count(k).alias(f"null:{k}") for k in spec.keys],
         F.max(F.unix_micros(F.col(transforms.quote(part_col)))).alias("pc_max"),
     )
-    increment = observed.transform(transforms.newest_per_key(spec.keys, wm)).sortWithinPartitions(
+    # A global sort by key: each staged file, and so each file the merge writes, covers a
+    # narrow key range, which is what lets later merges skip files by their statistics.
+    increment = observed.transform(transforms.newest_per_key(spec.keys, wm)).orderBy(
         *[F.col(transforms.quote(k)) for k in spec.keys]
     )
     return increment, observation, new_columns
