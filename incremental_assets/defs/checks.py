@@ -41,7 +41,7 @@ def check_results(
 ) -> list[dg.AssetCheckResult]:
     version = result.delta_version if result.committed else None
     outcomes = {
-        KEYS_UNIQUE: checks.keys_unique(spark, target, spec.keys),
+        KEYS_UNIQUE: checks.keys_unique(spark, target, spec.keys, written_by=version),
         WATERMARK_MONOTONIC: checks.watermark_monotonic(target, spec.watermark.kind),
         COUNTS_MATCH: checks.counts_match_table(
             target, version, result.rows_inserted, result.rows_updated, result.rows_deleted
