@@ -208,6 +208,23 @@ def live_files(path: str) -> int:
     return len(DeltaTable(path).file_uris())
 
 
+def files_overlapping(path: str, low: int, high: int) -> int:
+    """Live files whose order_id statistics overlap [low, high]: the files a merge of keys
+    in that range has to read at least (delta-rs prunes the rest by the same statistics)."""
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+    mins = actions.column("min.order_id").to_pylist()
+    maxs = actions.column("max.order_id").to_pylist()
+    return sum(
+        1
+        for lo, hi in zip(mins, maxs, strict=True)
+        if lo is None or hi is None or (lo <= high and hi >= low)
+    )
+
+
+def last_operation_metrics(path: str) -> dict:
+    return DeltaTable(path).history(1)[0].get("operationMetrics") or {}
+
+
 @dataclass
 class SizeResult:
     rows: int
@@ -218,12 +235,13 @@ class SizeResult:
     target_files: int
     source_update_s: float
     incremental_s: float
+    files_overlapping: int
+    rows_copied: int
     incremental: LoadResult
     empty_s: float
     empty: LoadResult
     full_s: float
     full: LoadResult
-    full_files: int
     rows_incremental_target: int
     rows_full_target: int
     mismatch: str = ""
@@ -270,15 +288,18 @@ def run_size(spark, rows: int, args: argparse.Namespace, verbose: bool = True) -
     run_request = LoadRequest(
         day_floor(instant(first_us)), day_after(instant(last_us)), run_id="incremental"
     )
+    ids = increment.column("order_id")
+    overlapping = files_overlapping(target_path, pc.min(ids).as_py(), pc.max(ids).as_py())
     incremental, incremental_s = timed(
         lambda: run_load(spark, spec, target, run_request, staging_dir=str(stage))
     )
     say(
         f"incremental: {incremental_s:.1f}s {incremental.phase_seconds} "
         f"+{incremental.rows_inserted} ~{incremental.rows_updated} rows; files "
-        f"scanned {incremental.files_scanned} skipped {incremental.files_skipped} "
+        f"overlapping the increment's keys {overlapping} of {target_files}, "
         f"removed {incremental.files_removed} added {incremental.files_added}"
     )
+    merge_metrics = last_operation_metrics(target_path)
 
     empties = []
     for i in range(args.empty_runs):
@@ -295,7 +316,10 @@ def run_size(spark, rows: int, args: argparse.Namespace, verbose: bool = True) -
     full, full_s = timed(
         lambda: run_load(spark, full_spec, full_target, full_request, staging_dir=str(stage))
     )
-    say(f"full reload: {full.rows_inserted} rows in {full_s:.1f}s {full.phase_seconds}")
+    say(
+        f"full reload: {full.rows_inserted} rows, {live_files(full_path)} files in "
+        f"{full_s:.1f}s {full.phase_seconds}"
+    )
 
     result = SizeResult(
         rows=rows,
@@ -307,11 +331,12 @@ def run_size(spark, rows: int, args: argparse.Namespace, verbose: bool = True) -
         source_update_s=source_update_s,
         incremental_s=incremental_s,
         incremental=incremental,
+        files_overlapping=overlapping,
+        rows_copied=int(merge_metrics.get("num_target_rows_copied", 0)),
         empty_s=empty_s,
         empty=empty,
         full_s=full_s,
         full=full,
-        full_files=live_files(full_path),
         rows_incremental_target=row_count(target.open()),
         rows_full_target=row_count(full_target.open()),
     )
@@ -328,6 +353,10 @@ def check(result: SizeResult, args, spark, spec, target) -> str:
     updates = args.increment // 2
     problems = []
     inc = result.incremental
+    if result.initial.rows_inserted != result.rows:
+        problems.append(f"initial load wrote {result.initial.rows_inserted} rows")
+    if inc.mode != "incremental":
+        problems.append(f"the timed run was a {inc.mode} run")
     if (inc.rows_inserted, inc.rows_updated) != (args.increment - updates, updates):
         problems.append(f"incremental wrote +{inc.rows_inserted} ~{inc.rows_updated}")
     if result.empty.committed:
@@ -399,7 +428,8 @@ def report(results: list[SizeResult], startup: tuple[float, float], increment: i
             "source files",
             "initial load s",
             "incr probe/extract/commit s",
-            "merge files scanned/skipped/added",
+            "files overlapping incr keys",
+            "rows copied by merge",
             "empty run s",
             "full probe/extract/commit s",
             "check",
@@ -410,8 +440,8 @@ def report(results: list[SizeResult], startup: tuple[float, float], increment: i
                 str(r.source_files),
                 f"{r.initial_s:.2f}",
                 phases(r.incremental),
-                f"{r.incremental.files_scanned}/{r.incremental.files_skipped}/"
-                f"{r.incremental.files_added}",
+                f"{r.files_overlapping} of {r.target_files}",
+                f"{r.rows_copied:,}",
                 f"{r.empty_s:.2f}",
                 phases(r.full),
                 r.mismatch or "ok",

@@ -30,7 +30,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         name=spec.name,
         group_name=spec.group,
         description=spec.description
-        or f"{spec.strategy} of {spec.source.format} source {spec.source.path} by "
+        or f"{spec.strategy.kind} of {spec.source.format} source {spec.source.path} by "
         f"{wm.kind} watermark '{wm.column}' into Delta table {target_path}.",
         partitions_def=partitions_for(spec),
         backfill_policy=dg.BackfillPolicy.single_run(),
@@ -39,7 +39,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         pool=pool_name(spec),
         metadata={
             "keys": ", ".join(spec.keys),
-            "strategy": spec.strategy,
+            "strategy": spec.strategy.kind,
             "watermark": f"{wm.column} ({wm.kind})",
             "target": dg.MetadataValue.path(target_path),
         },

@@ -25,7 +25,6 @@ def load_metadata(result: LoadResult, target_rows: int | None, target_path: str)
         "delta_version": result.delta_version if result.delta_version is not None else -1,
         "files_added": result.files_added,
         "files_removed": result.files_removed,
-        "files_skipped": result.files_skipped,
         "source": result.source,
         "target": dg.MetadataValue.path(target_path),
     }

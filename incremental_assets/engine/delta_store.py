@@ -60,8 +60,6 @@ class CommitResult:
     rows_deleted: int = 0
     files_added: int = 0
     files_removed: int = 0
-    files_scanned: int = 0
-    files_skipped: int = 0
     created_table: bool = False
     cursor_only: bool = False
 
@@ -196,14 +194,10 @@ class DeltaTarget:
                     committed=True,
                     version=self.open().version(),
                     cursor_only=True,
-                    files_scanned=metrics.get("num_target_files_scanned", 0),
-                    files_skipped=metrics.get("num_target_files_skipped_during_scan", 0),
                 )
             return CommitResult(
                 committed=False,
                 version=state.version,
-                files_scanned=metrics.get("num_target_files_scanned", 0),
-                files_skipped=metrics.get("num_target_files_skipped_during_scan", 0),
             )
         except (CommitFailedError, DeltaError) as exc:
             if not isinstance(exc, CommitFailedError) and "exists" not in str(exc).lower():
@@ -247,8 +241,6 @@ def _result(metrics: dict[str, Any], version: int) -> CommitResult:
         rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
         files_added=int(metrics.get("num_target_files_added", 0)),
         files_removed=int(metrics.get("num_target_files_removed", 0)),
-        files_scanned=int(metrics.get("num_target_files_scanned", 0)),
-        files_skipped=int(metrics.get("num_target_files_skipped_during_scan", 0)),
     )
 
 

@@ -58,8 +58,6 @@ class LoadResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     files_added: int = 0
     files_removed: int = 0
-    files_scanned: int = 0
-    files_skipped: int = 0
     new_columns: tuple[str, ...] = ()
     source: str = ""
 
@@ -159,7 +157,7 @@ def run_load(
             commit = target.commit(
                 state,
                 staged_path,
-                merge_plan(spec.strategy, spec.keys, spec.watermark.column),
+                merge_plan(spec.strategy.kind, spec.keys, spec.watermark.column),
                 kind=spec.watermark.kind,
                 cursor_before=window.cursor_before,
                 cursor_after=window.cursor_after,
@@ -263,10 +261,14 @@ def _increment(
         *[transforms.null_count(k).alias(f"null:{k}") for k in spec.keys],
         F.max(F.unix_micros(F.col(transforms.quote(part_col)))).alias("pc_max"),
     )
-    # A global sort by key: each staged file, and so each file the merge writes, covers a
-    # narrow key range, which is what lets later merges skip files by their statistics.
-    increment = observed.transform(transforms.newest_per_key(spec.keys, wm)).orderBy(
-        *[F.col(transforms.quote(k)) for k in spec.keys]
+    # Range-partition by key (one shuffle serves both the per-key window and the layout):
+    # each staged file, and so each file the merge writes, covers a narrow key range, which
+    # is what lets later merges skip target files by their statistics.
+    key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
+    increment = (
+        observed.repartitionByRange(*key_columns)
+        .transform(transforms.newest_per_key(spec.keys, wm))
+        .sortWithinPartitions(*key_columns)
     )
     return increment, observation, new_columns
 
@@ -335,8 +337,6 @@ def _result(
         phase_seconds=dict(phase.seconds),
         files_added=commit.files_added if commit else 0,
         files_removed=commit.files_removed if commit else 0,
-        files_scanned=commit.files_scanned if commit else 0,
-        files_skipped=commit.files_skipped if commit else 0,
         new_columns=new_columns,
         source=source.describe(),
     )

@@ -50,12 +50,12 @@ def check_source_columns(spec: TableSpec, schema: StructType) -> None:
             "but watermark.kind is 'timestamp'.",
             "use a timestamp column, or set watermark.kind: id for an integer column",
         )
-    if spec.watermark.kind == "id" and not isinstance(wm_type, _INTEGRAL):
+    if spec.watermark.kind in ("id", "sequence") and not isinstance(wm_type, _INTEGRAL):
         raise SchemaMismatchError(
             spec.name,
             spec.watermark.column,
             f"watermark column '{spec.watermark.column}' is {wm_type.simpleString()}, "
-            "but watermark.kind is 'id' (an integer).",
+            f"but watermark.kind is '{spec.watermark.kind}' (an integer).",
             "use an integer id column, or set watermark.kind: timestamp",
         )
     part_type = schema[spec.partition_column].dataType

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Literal, Union
 
-WatermarkKind = Literal["timestamp", "id"]
+WatermarkKind = Literal["timestamp", "id", "sequence"]
 WatermarkValue = Union[datetime, int]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -28,14 +28,14 @@ def to_utc(value: datetime) -> datetime:
 
 
 def to_transaction_version(value: WatermarkValue, kind: WatermarkKind) -> int:
-    if kind == "id":
+    if kind != "timestamp":
         return int(value)
     assert isinstance(value, datetime)
     return (to_utc(value) - _EPOCH) // _MICRO
 
 
 def from_transaction_version(version: int, kind: WatermarkKind) -> WatermarkValue:
-    if kind == "id":
+    if kind != "timestamp":
         return version
     return _EPOCH + timedelta(microseconds=version)
 
@@ -51,7 +51,7 @@ def format_value(value: WatermarkValue | None) -> str:
 
 
 def parse_value(text: str, kind: WatermarkKind) -> WatermarkValue:
-    if kind == "id":
+    if kind != "timestamp":
         return int(text)
     return to_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
 

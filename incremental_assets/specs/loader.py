@@ -12,6 +12,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from incremental_assets.specs.models import ProjectSpec, SparkSpec, TableSpec, WarehouseSpec
+from incremental_assets.specs.strategies import AppendStrategy, CdcStrategy, UpsertStrategy
+
+STRATEGY_MODELS: dict[str, type[BaseModel]] = {
+    "append": AppendStrategy,
+    "upsert": UpsertStrategy,
+    "cdc": CdcStrategy,
+}
 
 _URI_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
 
@@ -138,9 +145,21 @@ def _problems(
         loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
         # pydantic reports union members and validators as path parts; keep field names only.
         loc = [part for part in loc if not part.startswith(("function-", "timedelta", "int"))]
+        owner: type[BaseModel] = model
+        if len(loc) > 1 and loc[0] == "strategy" and loc[1] in STRATEGY_MODELS:
+            # A strategy's options: the tag pydantic puts in the path is not a field.
+            owner, loc = STRATEGY_MODELS[loc[1]], loc[2:]
+            loc = ["strategy", *loc]
+            within = loc[1:-1]
+        else:
+            within = loc[:-1]
         field = ".".join([prefix, *loc] if prefix else loc) or "-"
-        if error["type"] == "extra_forbidden":
-            message = _unknown_field_message(loc[-1], _fields_at(model, loc[:-1]))
+        if error["type"] == "union_tag_invalid":
+            expected = error.get("ctx", {}).get("expected_tags", "")
+            tag = error.get("ctx", {}).get("tag")
+            message = f"got {tag!r}; use one of {expected}"
+        elif error["type"] == "extra_forbidden":
+            message = _unknown_field_message(loc[-1], _fields_at(owner, within))
         elif error["type"] == "missing":
             message = "is required but missing"
         else:

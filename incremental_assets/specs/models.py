@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from incremental_assets.specs.durations import parse_duration
+from incremental_assets.specs.strategies import StrategySpec
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -77,8 +78,9 @@ class WatermarkSpec(_Spec):
     """The column that orders changes, and how far back a run looks for late rows."""
 
     column: str
-    kind: Literal["timestamp", "id"] = Field(
-        description="'timestamp' for a change time column, 'id' for a monotonic integer id."
+    kind: Literal["timestamp", "id", "sequence"] = Field(
+        description="'timestamp' for a change time column, 'id' for a monotonic integer id, "
+        "'sequence' for an insert-only log's integer id whose gaps are reported."
     )
     lookback: timedelta | int = Field(
         default=0,
@@ -95,7 +97,7 @@ class WatermarkSpec(_Spec):
     @classmethod
     def _lookback_matches_kind(cls, value: object, info: ValidationInfo) -> object:
         kind = info.data.get("kind")
-        if kind == "id":
+        if kind in ("id", "sequence"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(
                     f"{value!r}: an 'id' watermark looks back a whole number of ids "
@@ -107,7 +109,7 @@ class WatermarkSpec(_Spec):
     @field_validator("settle_lag")
     @classmethod
     def _settle_lag_only_for_timestamps(cls, value: timedelta, info: ValidationInfo) -> timedelta:
-        if info.data.get("kind") == "id" and value:
+        if info.data.get("kind") in ("id", "sequence") and value:
             raise ValueError("applies to 'timestamp' watermarks only; remove it")
         return value
 
@@ -162,9 +164,9 @@ class TableSpec(_Spec):
     source: SourceSpec
     keys: list[str] = Field(min_length=1, description="Columns that identify a row.")
     watermark: WatermarkSpec
-    strategy: Literal["append", "upsert"] = Field(
-        description="'upsert' merges by key (newest version wins); 'append' inserts keys "
-        "not yet in the target and ignores later versions of existing keys."
+    strategy: StrategySpec = Field(
+        description="How increments land: append, upsert or cdc (a name, or a mapping "
+        "with 'kind' and the strategy's options)."
     )
     partitioning: PartitioningSpec
     target: TargetSpec = Field(default_factory=TargetSpec)
@@ -187,8 +189,9 @@ class TableSpec(_Spec):
     def _partition_column(self) -> TableSpec:
         if self.partitioning.column is None and self.watermark.kind != "timestamp":
             raise ValueError(
-                "partitioning.column is required when watermark.kind is 'id': name the "
-                "event-time column whose days/hours the partitions cut"
+                "partitioning.column is required when watermark.kind is "
+                f"'{self.watermark.kind}': name the event-time column whose days/hours the "
+                "partitions cut"
             )
         return self
 
