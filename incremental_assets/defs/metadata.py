@@ -32,6 +32,9 @@ def load_metadata(result: LoadResult, target_rows: int | None, target_path: str)
         metadata["lag_seconds"] = float(result.lag_seconds)
     for phase, seconds in result.phase_seconds.items():
         metadata[f"seconds_{phase}"] = float(seconds)
+    if result.gaps is not None:
+        metadata["sequence_gaps"] = result.gaps.missing
+        metadata["sequence_gap_ranges"] = result.gaps.describe()
     if result.new_columns:
         metadata["new_columns"] = ", ".join(result.new_columns)
     if target_rows is not None:

@@ -22,8 +22,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from incremental_assets.engine import delta_io
+from incremental_assets.engine.changes import OP
 from incremental_assets.engine.errors import ConcurrentLoadError
 from incremental_assets.engine.strategies import MergePlan
+from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
     WatermarkValue,
@@ -143,40 +145,37 @@ class DeltaTarget:
         properties = self._properties(kind, cursor_after, metadata)
         dataset = pads.dataset(staged_path, format="parquet")
         staged_rows = dataset.count_rows()
+        columns = [n for n in dataset.schema.names if n not in plan.staged_only_columns]
         try:
+            table = state.table
             if not state.exists:
                 if staged_rows == 0 and cursor_after is None:
                     return CommitResult(committed=False, version=None)
-                write_deltalake(
+                if not plan.writes_by_merge_only:
+                    return self._create_with(dataset, partition_by, properties, staged_rows)
+                # The table is created empty; the merge below is the commit with the cursor.
+                table = DeltaTable.create(
                     self.path,
-                    dataset.scanner().to_reader(),
-                    # "error": a table created by a concurrent first load fails this one.
-                    mode="error",
+                    schema=dataset.schema.remove(dataset.schema.get_field_index(OP)),
                     partition_by=partition_by or None,
+                    mode="error",
                     storage_options=self.storage_options or None,
-                    commit_properties=properties,
                 )
-                version = self.open().version()
-                return CommitResult(
-                    committed=True,
-                    version=version,
-                    rows_inserted=staged_rows,
-                    files_added=len(self.open().file_uris()),
-                    created_table=True,
-                )
-            assert state.table is not None
+            assert table is not None
+            if plan.tombstones and staged_rows:
+                Tombstones(self).record(dataset, plan.keys, plan.watermark)
             metrics: dict[str, Any] = {}
             if staged_rows:
-                merger = state.table.merge(
+                merger = table.merge(
                     source=dataset.scanner().to_reader(),
                     predicate=plan.predicate,
                     source_alias="s",
                     target_alias="t",
-                    merge_schema=add_new_columns,
+                    merge_schema=add_new_columns and not plan.staged_only_columns,
                     streamed_exec=staged_rows > _STREAM_ABOVE_ROWS,
                     commit_properties=properties,
                 )
-                metrics = plan.apply(merger).execute()
+                metrics = plan.apply(merger, columns).execute()
             changed = metrics.get("num_target_files_added", 0) or metrics.get(
                 "num_target_files_removed", 0
             )
@@ -184,10 +183,10 @@ class DeltaTarget:
                 return _result(metrics, self.open().version())
             if cursor_after is not None and cursor_after != cursor_before:
                 # Nothing to write, but the cursor moves: record it alone, still atomically.
-                state.table.create_write_transaction(
+                table.create_write_transaction(
                     actions=[],
                     mode="append",
-                    schema=state.table.schema(),
+                    schema=table.schema(),
                     commit_properties=properties,
                 )
                 return CommitResult(
@@ -209,6 +208,31 @@ class DeltaTarget:
                 "re-run; limit each table to one run at a time (its Dagster pool)",
             ) from None
 
+    def _create_with(
+        self,
+        dataset: pads.Dataset,
+        partition_by: list[str],
+        properties: CommitProperties,
+        staged_rows: int,
+    ) -> CommitResult:
+        write_deltalake(
+            self.path,
+            dataset.scanner().to_reader(),
+            # "error": a table created by a concurrent first load fails this one.
+            mode="error",
+            partition_by=partition_by or None,
+            storage_options=self.storage_options or None,
+            commit_properties=properties,
+        )
+        table = self.open()
+        return CommitResult(
+            committed=True,
+            version=table.version(),
+            rows_inserted=staged_rows,
+            files_added=len(table.file_uris()),
+            created_table=True,
+        )
+
     def _properties(
         self, kind: WatermarkKind, cursor: WatermarkValue | None, metadata: Mapping[str, Any]
     ) -> CommitProperties:
@@ -224,6 +248,43 @@ class DeltaTarget:
                 )
             ]
         return CommitProperties(custom_metadata=custom, app_transactions=transactions)
+
+
+class Tombstones:
+    """Keys a CDC feed hard-deleted, with the delete's sequence, in a sibling Delta table
+    ``<target>__tombstones``. Written before the target's commit: a tombstone only ever
+    suppresses changes older than a delete that did happen, so one recorded by a run that
+    died before its main commit is harmless, and the target's commit stays the one truth
+    for the watermark."""
+
+    def __init__(self, target: DeltaTarget):
+        self.location = DeltaTarget(
+            f"{target.table_name}__tombstones",
+            f"{target.path.rstrip('/')}__tombstones",
+            target.storage_options,
+        )
+
+    def record(self, staged: pads.Dataset, keys: list[str], watermark: str) -> int:
+        deletes = staged.to_table(columns=[*keys, watermark], filter=pads.field(OP) == "D")
+        if deletes.num_rows == 0:
+            return 0
+        options = self.location.storage_options or None
+        if not self.location.exists():
+            write_deltalake(self.location.path, deletes, mode="append", storage_options=options)
+            return deletes.num_rows
+        predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+        wm = quote(watermark)
+        (
+            self.location.open()
+            .merge(deletes, predicate, source_alias="s", target_alias="t")
+            .when_matched_update_all(predicate=f"s.{wm} > t.{wm}")
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return deletes.num_rows
+
+    def to_spark(self, spark: SparkSession) -> DataFrame | None:
+        return self.location.to_spark(spark) if self.location.exists() else None
 
 
 def _plain(value: Any) -> Any:

@@ -15,13 +15,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import predicates, transforms, validation
-from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, TargetState
-from incremental_assets.engine.errors import NullValuesError
+from incremental_assets.engine import changes, predicates, transforms, validation
+from incremental_assets.engine.delta_store import (
+    CommitResult,
+    DeltaTarget,
+    TargetState,
+    Tombstones,
+)
+from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
 from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.gaps import Gaps, sequence_gaps
 from incremental_assets.engine.sources import Source, open_source
 from incremental_assets.engine.strategies import merge_plan
 from incremental_assets.engine.watermarks import (
@@ -33,6 +40,7 @@ from incremental_assets.engine.watermarks import (
 )
 from incremental_assets.engine.windows import LoadRequest, Window, WindowPolicy, plan_window
 from incremental_assets.specs import TableSpec
+from incremental_assets.specs.strategies import CdcStrategy
 
 Hook = Callable[[str], None]
 
@@ -60,6 +68,7 @@ class LoadResult:
     files_removed: int = 0
     new_columns: tuple[str, ...] = ()
     source: str = ""
+    gaps: Gaps | None = None
 
     @property
     def rows_unchanged(self) -> int:
@@ -117,7 +126,7 @@ def run_load(
 
     with phase("probe"):
         source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
-        validation.check_source_columns(spec, source.schema)
+        validation.check_source_columns(spec, source.read([]).transform(_shape(spec)).schema)
         state = target.state(spec.watermark.kind)
         clock = source.clock()
         window = plan_window(
@@ -137,11 +146,14 @@ def run_load(
     stage_root = tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir)
     try:
         with phase("extract"):
-            increment, observation, new_columns = _increment(spec, source, window, state)
+            increment, observation, new_columns = _increment(
+                spec, source, window, state, _tombstones(spark, spec, target)
+            )
             staged_path = f"{stage_root}/increment"
             increment.write.mode("overwrite").parquet(staged_path)
             observed = observation.get
             _fail_on_null_keys(spec, observed)
+            _fail_on_unknown_operations(spec, observed)
             rows_extracted = int(observed["rows"])
             partition_high_water = _later(
                 _partition_high_water(state),
@@ -150,6 +162,7 @@ def run_load(
                 else None,
             )
             rows_staged = _count_staged(staged_path)
+            gaps = _gaps(spec, window, staged_path)
         hook("staged")
         crash_point("after_extract")
 
@@ -157,7 +170,12 @@ def run_load(
             commit = target.commit(
                 state,
                 staged_path,
-                merge_plan(spec.strategy.kind, spec.keys, spec.watermark.column),
+                merge_plan(
+                    spec.strategy.kind,
+                    spec.keys,
+                    spec.watermark.column,
+                    getattr(spec.strategy, "deletes", "hard"),
+                ),
                 kind=spec.watermark.kind,
                 cursor_before=window.cursor_before,
                 cursor_after=window.cursor_after,
@@ -172,6 +190,7 @@ def run_load(
                     "rows_extracted": rows_extracted,
                     "rows_staged": rows_staged,
                     "partition_high_water": format_value(partition_high_water),
+                    **({"sequence_gaps": gaps.missing} if gaps else {}),
                 },
                 partition_by=list(spec.target.partition_by),
                 add_new_columns=spec.on_schema_change == "append_new_columns",
@@ -193,7 +212,17 @@ def run_load(
         phase,
         started,
         new_columns=tuple(new_columns),
+        gaps=gaps,
     )
+
+
+def _gaps(spec: TableSpec, window: Window, staged_path: str) -> Gaps | None:
+    """Ids missing above the previous cursor, for 'sequence' watermarks."""
+    if spec.watermark.kind != "sequence" or not window.reads_incremental:
+        return None
+    ids = pads.dataset(staged_path, format="parquet").to_table(columns=[spec.watermark.column])
+    after = window.cursor_before if isinstance(window.cursor_before, int) else None
+    return sequence_gaps(ids.column(0), after)
 
 
 def _fail_on_null_watermarks(spec: TableSpec, source: Source) -> None:
@@ -236,8 +265,26 @@ def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkVal
     return from_transaction_version(int(high), spec.watermark.kind)
 
 
+def _shape(spec: TableSpec):
+    """The strategy's reshaping of raw source rows (CDC feeds become rows plus an op)."""
+    if isinstance(spec.strategy, CdcStrategy):
+        keep = (spec.watermark.column, spec.partition_column)
+        return changes.normalize(spec.name, spec.strategy, keep)
+    return lambda df: df
+
+
+def _tombstones(spark: SparkSession, spec: TableSpec, target: DeltaTarget) -> DataFrame | None:
+    if isinstance(spec.strategy, CdcStrategy) and spec.strategy.deletes == "hard":
+        return Tombstones(target).to_spark(spark)
+    return None
+
+
 def _increment(
-    spec: TableSpec, source: Source, window: Window, state: TargetState
+    spec: TableSpec,
+    source: Source,
+    window: Window,
+    state: TargetState,
+    tombstones: DataFrame | None = None,
 ) -> tuple[DataFrame, Observation, list[str]]:
     wm, part_col = spec.watermark.column, spec.partition_column
     parts = predicates.window_parts(window, wm, part_col)
@@ -246,31 +293,62 @@ def _increment(
     raw = source.read(predicates.to_source_ranges(parts, types, zone))
     normalized = (
         raw.filter(predicates.to_source_filter(parts, types, zone))
+        .transform(_shape(spec))
         .transform(transforms.to_utc_instants(zone))
         .filter(predicates.to_filter(parts))
         .transform(transforms.ordered_columns(spec.keys, wm))
         .transform(transforms.with_row_hash())
     )
+    cdc = isinstance(spec.strategy, CdcStrategy)
+    if cdc and spec.strategy.deletes == "soft":
+        normalized = normalized.transform(changes.soft_delete_columns(part_col))
     new_columns: list[str] = []
     if state.schema is not None:
-        new_columns = validation.check_against_target(spec, normalized.schema, state.schema)
+        incoming = normalized.drop(changes.OP) if cdc else normalized
+        new_columns = validation.check_against_target(spec, incoming.schema, state.schema)
     observation = Observation(f"extract_{spec.name}")
     observed = normalized.observe(
         observation,
         F.count(F.lit(1)).alias("rows"),
         *[transforms.null_count(k).alias(f"null:{k}") for k in spec.keys],
         F.max(F.unix_micros(F.col(transforms.quote(part_col)))).alias("pc_max"),
+        *([transforms.null_count(changes.OP).alias("unknown_ops")] if cdc else []),
     )
     # Range-partition by key (one shuffle serves both the per-key window and the layout):
     # each staged file, and so each file the merge writes, covers a narrow key range, which
     # is what lets later merges skip target files by their statistics.
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-    increment = (
-        observed.repartitionByRange(*key_columns)
-        .transform(transforms.newest_per_key(spec.keys, wm))
-        .sortWithinPartitions(*key_columns)
+    increment = observed.repartitionByRange(*key_columns).transform(
+        transforms.newest_per_key(spec.keys, wm)
     )
-    return increment, observation, new_columns
+    if tombstones is not None:
+        increment = _not_older_than_tombstones(increment, tombstones, spec.keys, wm)
+    return increment.sortWithinPartitions(*key_columns), observation, new_columns
+
+
+def _not_older_than_tombstones(
+    increment: DataFrame, tombstones: DataFrame, keys: list[str], watermark: str
+) -> DataFrame:
+    """Drop changes at or before a key's recorded hard delete: a replayed or late change
+    must not bring a deleted row back. (A delete's own re-delivery is dropped too.)"""
+    deleted_at = "_ia_tombstone"
+    marks = tombstones.select(*keys, F.col(transforms.quote(watermark)).alias(deleted_at))
+    joined = increment.join(marks, on=list(keys), how="left")
+    alive = F.col(deleted_at).isNull() | (F.col(transforms.quote(watermark)) > F.col(deleted_at))
+    return joined.filter(alive).drop(deleted_at).select(*increment.columns)
+
+
+def _fail_on_unknown_operations(spec: TableSpec, observed: dict) -> None:
+    unknown = int(observed.get("unknown_ops") or 0)
+    if unknown:
+        assert isinstance(spec.strategy, CdcStrategy)
+        raise IncrementalLoadError(
+            spec.name,
+            f"{unknown} change rows carry an operation code that is not one of "
+            f"{changes.EXPECTED[spec.strategy.encoding]} (column "
+            f"'{spec.strategy.operation_column}', encoding '{spec.strategy.encoding}').",
+            "correct strategy.encoding / strategy.operation, or fix the feed",
+        )
 
 
 def _partition_high_water(state: TargetState) -> datetime | None:
@@ -298,8 +376,6 @@ def _fail_on_null_keys(spec: TableSpec, observed: dict) -> None:
 
 
 def _count_staged(path: str) -> int:
-    import pyarrow.dataset as pads
-
     return pads.dataset(path, format="parquet").count_rows()
 
 
@@ -315,6 +391,7 @@ def _result(
     phase: _Phases,
     started: float,
     new_columns: tuple[str, ...] = (),
+    gaps: Gaps | None = None,
 ) -> LoadResult:
     phase.seconds["total"] = round(time.perf_counter() - started, 3)
     committed = bool(commit and commit.committed)
@@ -339,4 +416,5 @@ def _result(
         files_removed=commit.files_removed if commit else 0,
         new_columns=new_columns,
         source=source.describe(),
+        gaps=gaps,
     )

@@ -77,9 +77,14 @@ def to_filter(parts: list[Part]) -> Column:
 
 def to_source_filter(parts: list[Part], types: dict[str, DataType], zone: str) -> Column:
     """Filter on the source's raw columns, for push-down: zone-less timestamps are compared
-    with wall-clock bounds in the source's zone (widened where that zone has DST)."""
+    with wall-clock bounds in the source's zone (widened where that zone has DST). Ranges on
+    columns the raw source lacks (they appear only after reshaping, e.g. inside a Debezium
+    image) are left to the exact filter."""
     return _any(
-        [_all([_range_column(r, types.get(r.column), zone) for r in part]) for part in parts]
+        [
+            _all([_range_column(r, types[r.column], zone) for r in part if r.column in types])
+            for part in parts
+        ]
     )
 
 

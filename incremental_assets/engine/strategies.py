@@ -1,6 +1,6 @@
 """How an increment lands in the target: the merge clauses of each strategy.
 
-Both strategies are idempotent and order-independent, so re-running a window, replaying a
+All strategies are idempotent and order-independent, so re-running a window, replaying a
 backfill or loading windows out of order converges to the same table:
 
 - ``upsert``: a row replaces the target's row of the same key only if it is newer by the
@@ -9,6 +9,10 @@ backfill or loading windows out of order converges to the same table:
   order). An identical row writes nothing.
 - ``append``: a key not yet in the target is inserted; later versions of existing keys
   are ignored (insert-only sources, such as event logs).
+- ``cdc``: as upsert, ordered by the change sequence (the watermark column), with deletes:
+  hard (the row is removed; a tombstone kept beside the table stops older changes from
+  bringing it back) or soft (``is_deleted``/``deleted_at``, with the delete's own values;
+  the row itself is the tombstone).
 """
 
 from __future__ import annotations
@@ -19,26 +23,72 @@ from typing import Literal
 
 from deltalake.table import TableMerger
 
+from incremental_assets.engine.changes import OP
 from incremental_assets.engine.transforms import ROW_HASH, quote
 
-Strategy = Literal["append", "upsert"]
+Strategy = Literal["append", "upsert", "cdc"]
+Deletes = Literal["hard", "soft"]
 
 
 @dataclass(frozen=True)
 class MergePlan:
+    """The merge of a staged increment: join predicate and clauses, given the target's
+    columns (the staged columns without the loader's ``_ia_op``)."""
+
+    strategy: Strategy
+    keys: tuple[str, ...]
+    watermark: str
     predicate: str
-    update_when: str | None  # None: matched rows are never updated
+    newer: str
+    deletes: Deletes = "hard"
 
-    def apply(self, merger: TableMerger) -> TableMerger:
-        if self.update_when is not None:
-            merger = merger.when_matched_update_all(predicate=self.update_when)
-        return merger.when_not_matched_insert_all()
+    @property
+    def tombstones(self) -> bool:
+        return self.strategy == "cdc" and self.deletes == "hard"
+
+    @property
+    def writes_by_merge_only(self) -> bool:
+        """CDC increments hold delete rows: even a first load must go through the merge."""
+        return self.strategy == "cdc"
+
+    @property
+    def staged_only_columns(self) -> tuple[str, ...]:
+        return (OP,) if self.strategy == "cdc" else ()
+
+    def apply(self, merger: TableMerger, columns: Sequence[str]) -> TableMerger:
+        every = {c: f"s.{quote(c)}" for c in columns}
+        if self.strategy == "append":
+            return merger.when_not_matched_insert_all()
+        if self.strategy == "upsert":
+            return merger.when_matched_update_all(
+                predicate=self.newer
+            ).when_not_matched_insert_all()
+        is_delete, is_upsert = f"s.{OP} = 'D'", f"s.{OP} = 'U'"
+        if self.deletes == "hard":
+            return (
+                merger.when_matched_delete(predicate=f"{is_delete} AND ({self.newer})")
+                .when_matched_update(updates=every, predicate=f"{is_upsert} AND ({self.newer})")
+                .when_not_matched_insert(updates=every, predicate=is_upsert)
+            )
+        # Soft: the row stays, flagged; it is the tombstone. The delete's own values win
+        # (an image of the row at deletion, or nulls): never blended with older values, so
+        # the result does not depend on the order changes arrive in.
+        return merger.when_matched_update(
+            updates=every, predicate=self.newer
+        ).when_not_matched_insert(updates=every)
 
 
-def merge_plan(strategy: Strategy, keys: Sequence[str], watermark: str) -> MergePlan:
+def merge_plan(
+    strategy: Strategy, keys: Sequence[str], watermark: str, deletes: Deletes = "hard"
+) -> MergePlan:
     predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
-    if strategy == "append":
-        return MergePlan(predicate=predicate, update_when=None)
     wm, h = quote(watermark), quote(ROW_HASH)
     newer = f"s.{wm} > t.{wm} OR (s.{wm} = t.{wm} AND s.{h} > t.{h})"
-    return MergePlan(predicate=predicate, update_when=newer)
+    return MergePlan(
+        strategy=strategy,
+        keys=tuple(keys),
+        watermark=watermark,
+        predicate=predicate,
+        newer=newer,
+        deletes=deletes,
+    )

@@ -1,0 +1,105 @@
+"""Change-data-capture feeds as DataFrame -> DataFrame steps: every encoding becomes the
+same shape, the row's columns plus ``_ia_op`` ('U' upsert, 'D' delete)."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from incremental_assets.engine.errors import SchemaMismatchError
+from incremental_assets.engine.transforms import quote
+from incremental_assets.specs.strategies import CdcStrategy
+
+OP = "_ia_op"
+IS_DELETED = "is_deleted"
+DELETED_AT = "deleted_at"
+
+# Accepted operation codes per encoding; anything else fails the run.
+_IUD = {"I": "U", "U": "U", "INSERT": "U", "UPDATE": "U", "D": "D", "DELETE": "D"}
+_SQLSERVER = {1: "D", 2: "U", 4: "U"}  # 3 is the update's before-image: ignored
+_DEBEZIUM = {"c": "U", "u": "U", "r": "U", "d": "D"}
+EXPECTED = {
+    "iud": "I, U, D, INSERT, UPDATE, DELETE",
+    "sqlserver": "1 (delete), 2 (insert), 3 (update before-image, ignored), 4 (update)",
+    "debezium": "c, u, r, d",
+}
+
+
+def normalize(table: str, strategy: CdcStrategy, keep: tuple[str, ...] = ()):
+    """Map a feed's operations to ``_ia_op`` (null for an unknown code), drop SQL Server's
+    update before-images and ``__$`` columns (but those in ``keep``, such as a sequence
+    used as the watermark), and flatten Debezium's before/after images."""
+
+    def transform(df: DataFrame) -> DataFrame:
+        column = strategy.operation_column
+        if column not in df.columns:
+            raise SchemaMismatchError(
+                table,
+                column,
+                f"operation column '{column}' is not in the CDC source; columns: "
+                f"{', '.join(df.columns)}.",
+                "set strategy.operation to the column that holds I/U/D codes",
+            )
+        op = F.col(quote(column))
+        if strategy.encoding == "sqlserver":
+            df = df.filter(op.isNull() | (op != 3))
+            mapped = _lookup(op.cast("int"), _SQLSERVER)
+            columns = [c for c in df.columns if not c.startswith("__$") or c in keep]
+        elif strategy.encoding == "debezium":
+            return _debezium(table, strategy, df)
+        else:
+            mapped = _lookup(F.upper(F.trim(op.cast("string"))), _IUD)
+            columns = list(df.columns)
+        return df.select(*[F.col(quote(c)) for c in columns if c != column], mapped.alias(OP))
+
+    return transform
+
+
+def _debezium(table: str, strategy: CdcStrategy, df: DataFrame) -> DataFrame:
+    for image in (strategy.before, strategy.after):
+        if image not in df.columns or not isinstance(df.schema[image].dataType, StructType):
+            raise SchemaMismatchError(
+                table,
+                image,
+                f"Debezium image column '{image}' is missing or not a struct.",
+                "set strategy.before / strategy.after to the image columns",
+            )
+    op = F.col(quote(strategy.operation_column))
+    mapped = _lookup(F.lower(F.trim(op)), _DEBEZIUM)
+    image_fields = df.schema[strategy.after].dataType.fieldNames()
+    envelope = [
+        c for c in df.columns
+        if c not in (strategy.before, strategy.after, strategy.operation_column)
+        and c not in image_fields
+    ]  # fmt: skip
+    # A delete carries its last values in the before-image; everything else in the after.
+    image = F.when(mapped == "D", F.col(quote(strategy.before))).otherwise(
+        F.col(quote(strategy.after))
+    )
+    return df.select(
+        *[image.getField(name).alias(name) for name in image_fields],
+        *[F.col(quote(c)) for c in envelope],
+        mapped.alias(OP),
+    )
+
+
+def _lookup(value: Column, codes: dict) -> Column:
+    expression = F.lit(None).cast("string")
+    for code, op in codes.items():
+        expression = F.when(value == F.lit(code), F.lit(op)).otherwise(expression)
+    return expression
+
+
+def soft_delete_columns(time_column: str):
+    """Add ``is_deleted`` and ``deleted_at`` (the delete's time, from ``time_column``: the
+    sequence when it is a timestamp, else the partition column) for tables that keep
+    deleted rows. Taken from the data, so a replay writes the same values."""
+
+    def transform(df: DataFrame) -> DataFrame:
+        deleted = F.col(OP) == "D"
+        return df.withColumn(IS_DELETED, deleted).withColumn(
+            DELETED_AT, F.when(deleted, F.col(quote(time_column))).cast("timestamp")
+        )
+
+    return transform
