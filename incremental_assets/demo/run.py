@@ -22,7 +22,17 @@ from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import load_project
 
-COLUMNS = ("table", "mode", "extracted", "inserted", "updated", "unchanged", "watermark", "version")
+COLUMNS = (
+    "table",
+    "mode",
+    "extracted",
+    "inserted",
+    "updated",
+    "deleted",
+    "unchanged",
+    "watermark",
+    "version",
+)
 
 
 def main(rounds: int = 4, root: Path = PROJECT_ROOT) -> int:
@@ -48,7 +58,9 @@ def main(rounds: int = 4, root: Path = PROJECT_ROOT) -> int:
                 f"orders ({summary.orders_burst} sharing one timestamp), "
                 f"{summary.orders_updated} updates, {summary.orders_late} late (inside the "
                 f"lookback), {summary.orders_very_late} very late; {summary.events} events "
-                f"({summary.events_late} for the previous day)"
+                f"({summary.events_late} for the previous day); {summary.changes} customer "
+                f"changes ({summary.changes_deletes} deletes, {summary.changes_held_back} "
+                "held back to the next day, out of order)"
             )
             rows = [
                 _materialize(instance, assets, resources, spec.name, partition=f"{day(n):%Y-%m-%d}")
@@ -77,7 +89,7 @@ def main(rounds: int = 4, root: Path = PROJECT_ROOT) -> int:
         verdict = "equal" if extra == missing == 0 else "DIFFERENT"
         failures += verdict != "equal"
         print(
-            f"  {spec.name:<8} {verdict} to a full reload ({rows} rows; {extra} extra, "
+            f"  {spec.name:<9} {verdict} to a full reload ({rows} rows; {extra} extra, "
             f"{missing} missing)"
         )
     print(
@@ -115,6 +127,7 @@ def _materialize(instance, assets, resources, name, partition=None, partition_ra
         "extracted": meta["rows_extracted"],
         "inserted": meta["rows_inserted"],
         "updated": meta["rows_updated"],
+        "deleted": meta["rows_deleted"],
         "unchanged": meta["rows_unchanged"],
         "watermark": meta["watermark_after"],
         "version": meta["delta_version"],

@@ -44,6 +44,16 @@ EVENTS_SCHEMA = pa.schema(
         ("event_type", pa.string()),
     ]
 )
+CUSTOMERS_SCHEMA = pa.schema(
+    [
+        ("customer_id", pa.int64()),
+        ("name", pa.string()),
+        ("tier", pa.string()),
+        ("op", pa.string()),
+        ("lsn", pa.int64()),
+        ("changed_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 STATUSES = ["placed", "paid", "packed", "shipped", "delivered", "cancelled"]
 EVENT_TYPES = ["view", "click", "add_to_cart", "checkout"]
 
@@ -58,6 +68,9 @@ class RoundSummary:
     orders_very_late: int
     events: int
     events_late: int
+    changes: int = 0
+    changes_deletes: int = 0
+    changes_held_back: int = 0
 
 
 @dataclass
@@ -80,6 +93,9 @@ class SourceSimulator:
         self._next_event = 1
         self._orders_by_day: dict[datetime, list[int]] = {}
         self._days_written = 0
+        self._lsn = 0
+        self._customers: dict[int, bool] = {}  # id -> alive
+        self._held_back: list[dict] = []
 
     @property
     def orders_path(self) -> str:
@@ -89,6 +105,10 @@ class SourceSimulator:
     def events_path(self) -> str:
         return str(self.root / "events")
 
+    @property
+    def customers_path(self) -> str:
+        return str(self.root / "customers_cdc")
+
     def write_day(self, day: datetime) -> RoundSummary:
         """Write one simulated day (``day`` is midnight UTC)."""
         orders, counts = self._orders_for(day)
@@ -96,7 +116,49 @@ class SourceSimulator:
         events, late_events = self._events_for(day)
         Path(self.events_path).mkdir(parents=True, exist_ok=True)
         pq.write_table(events, f"{self.events_path}/events-{day:%Y%m%d}.parquet")
-        return RoundSummary(day, *counts, events.num_rows, late_events)
+        feed, deletes, held = self._customer_changes(day)
+        Path(self.customers_path).mkdir(parents=True, exist_ok=True)
+        pq.write_table(feed, f"{self.customers_path}/changes-{day:%Y%m%d}.parquet")
+        return RoundSummary(
+            day, *counts, events.num_rows, late_events, feed.num_rows, deletes, held
+        )
+
+    def _customer_changes(self, day: datetime) -> tuple[pa.Table, int, int]:
+        """A CDC feed: inserts, updates, deletes, re-inserts of deleted customers, a few
+        duplicated events, and some events held back to the next day's file (delivered out
+        of order, with older sequence numbers)."""
+        rows = []
+        deletes = 0
+        for _ in range(400):
+            alive = [c for c, a in self._customers.items() if a]
+            gone = [c for c, a in self._customers.items() if not a]
+            roll = self._rng.random()
+            if roll < 0.45 or not alive:
+                customer, op = len(self._customers) + 1, "I"
+            elif roll < 0.85:
+                customer, op = self._rng.choice(alive), "U"
+            elif roll < 0.95 or not gone:
+                customer, op = self._rng.choice(alive), "D"
+            else:
+                customer, op = self._rng.choice(gone), "I"  # re-insert after delete
+            self._customers[customer] = op != "D"
+            deletes += op == "D"
+            self._lsn += 1
+            rows.append(
+                {
+                    "customer_id": customer,
+                    "name": None if op == "D" else f"customer {customer} v{self._lsn}",
+                    "tier": None if op == "D" else self._rng.choice(["basic", "gold"]),
+                    "op": op,
+                    "lsn": self._lsn,
+                    "changed_at": self._at(day),
+                }
+            )
+        rows += self._rng.sample(rows, 10)  # duplicates
+        held = set(self._rng.sample(range(len(rows)), 15))
+        delivered = self._held_back + [r for i, r in enumerate(rows) if i not in held]
+        self._held_back = [rows[i] for i in sorted(held)]
+        return pa.Table.from_pylist(delivered, schema=CUSTOMERS_SCHEMA), deletes, len(held)
 
     def _at(self, day: datetime, start_hour: float = 0.0, end_hour: float = 24.0) -> datetime:
         seconds = self._rng.uniform(start_hour * 3600, end_hour * 3600 - 1)
