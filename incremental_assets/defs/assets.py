@@ -8,35 +8,56 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 
 from incremental_assets.defs.checks import check_results, check_specs
+from incremental_assets.defs.connections import (
+    connection_of,
+    resource_key,
+    retry_policy,
+)
+from incremental_assets.defs.connections import pool_name as connection_pool
 from incremental_assets.defs.metadata import load_metadata
 from incremental_assets.defs.partitions import load_request, partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.jdbc import failures_explained
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import ProjectSpec, TableSpec
 
 
 def pool_name(spec: TableSpec) -> str:
-    """One pool per table: with a limit of 1 (dagster.yaml), runs of a table never overlap."""
+    """One pool per table: with a limit of 1 (dagster.yaml), runs of a table never overlap.
+
+    Tables of a database connection share the connection's pool instead (an asset has one
+    pool): its limit caps the loads that hit that database at once, and at its default of
+    1 it also keeps runs of one table apart. With a higher limit two runs of one table can
+    overlap; the Delta commit's conflict check then fails one of them, writing nothing.
+    """
+    connection = connection_of(spec)
+    if connection is not None:
+        return connection_pool(connection)
     return f"incremental_assets_{spec.name}"
 
 
 def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
     target_path = project.target_path(spec)
     wm = spec.watermark
+    connection = connection_of(spec)
+    # A database connection's password is its own resource, so only its tables need it.
+    resource_keys = {"spark", "warehouse", *([resource_key(connection)] if connection else [])}
 
     @dg.asset(
         name=spec.name,
         group_name=spec.group,
         description=spec.description
-        or f"{spec.strategy.kind} of {spec.source.format} source {spec.source.path} by "
+        or f"{spec.strategy.kind} of {spec.source.format} source {spec.source.location} by "
         f"{wm.kind} watermark '{wm.column}' into Delta table {target_path}.",
         partitions_def=partitions_for(spec),
         backfill_policy=dg.BackfillPolicy.single_run(),
         check_specs=check_specs(spec),
         kinds={"spark", "delta"},
         pool=pool_name(spec),
+        retry_policy=retry_policy(connection) if connection else None,
+        required_resource_keys=resource_keys,
         metadata={
             "keys": ", ".join(spec.keys),
             "strategy": spec.strategy.kind,
@@ -44,27 +65,32 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
             "target": dg.MetadataValue.path(target_path),
         },
     )
-    def _load(
-        context: dg.AssetExecutionContext, spark: PySparkResource, warehouse: DeltaWarehouse
-    ) -> dg.MaterializeResult:
+    def _load(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        spark: PySparkResource = context.resources.spark
+        warehouse: DeltaWarehouse = context.resources.warehouse
+        run_spec = (
+            getattr(context.resources, resource_key(connection)).bind(spec) if connection else spec
+        )
         target = warehouse.target(project, spec)
         session = spark_session(spark)
         request = load_request(context)
         unrecorded = _unrecorded_commits(context, target)
         try:
-            result = run_load(
-                session,
-                spec,
-                target,
-                request,
-                source_storage=warehouse.storage_options(),
-                staging_dir=warehouse.staging_dir,
-            )
+            with failures_explained(spec.name, run_spec.source):
+                result = run_load(
+                    session,
+                    run_spec,
+                    target,
+                    request,
+                    source_storage=warehouse.storage_options(),
+                    staging_dir=warehouse.staging_dir,
+                )
         except IncrementalLoadError as exc:
             raise dg.Failure(
                 description=str(exc),
                 metadata={"table": spec.name, "fix": exc.fix or ""},
-                allow_retries=False,
+                # A lost database connection may come back; a bad spec will not.
+                allow_retries=getattr(exc, "retryable", False),
             ) from exc
         context.log.info(
             f"{spec.name}: {result.mode} {result.window}: extracted {result.rows_extracted}, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from incremental_assets.defs.assets import table_asset
+from incremental_assets.defs.connections import connection_resources
 from incremental_assets.defs.partitions import partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_resource
 from incremental_assets.specs import ProjectSpec
@@ -28,6 +29,7 @@ def build_definitions(
         resources={
             "spark": spark_resource(project.spark),
             "warehouse": DeltaWarehouse(),
+            **connection_resources(project),
             **(resources or {}),
         },
         # Spark parallelizes inside a step; one process per run keeps one Spark session.

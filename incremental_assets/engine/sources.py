@@ -147,6 +147,10 @@ class FileSource(Source):
 def open_source(spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
     if spec.format == "delta":
         return DeltaSource(spark, table, spec, storage)
+    if spec.format == "jdbc":
+        from incremental_assets.engine.jdbc import JdbcSource  # jdbc builds on Source
+
+        return JdbcSource(spark, table, spec)
     return FileSource(spark, table, spec)
 
 

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from incremental_assets.specs.models import ProjectSpec, SparkSpec, TableSpec, WarehouseSpec
+from incremental_assets.specs.models import (
+    ConnectionSpec,
+    ProjectSpec,
+    SparkSpec,
+    TableSpec,
+    WarehouseSpec,
+)
 from incremental_assets.specs.strategies import AppendStrategy, CdcStrategy, UpsertStrategy
 
 STRATEGY_MODELS: dict[str, type[BaseModel]] = {
@@ -20,6 +27,7 @@ STRATEGY_MODELS: dict[str, type[BaseModel]] = {
     "cdc": CdcStrategy,
 }
 
+_CONNECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URI_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
 
 
@@ -75,7 +83,7 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, [(None, "file", "must be a mapping with 'warehouse' and 'tables'")])
     problems: list[tuple[str | None, str, str]] = []
-    sections = ["warehouse", "tables", "spark"]
+    sections = ["warehouse", "tables", "spark", "connections"]
     unknown = set(raw) - set(sections)
     for key in sorted(unknown):
         problems.append((None, key, _unknown_field_message(key, sections)))
@@ -92,6 +100,8 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
         spark = SparkSpec.model_validate(raw.get("spark") or {})
     except ValidationError as exc:
         problems.extend(_problems(None, exc, SparkSpec, prefix="spark"))
+
+    connections, declared = _connections(raw.get("connections"), problems)
 
     tables_raw = raw.get("tables")
     if not isinstance(tables_raw, list) or not tables_raw:
@@ -114,12 +124,92 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
         if spec.name in seen:
             problems.append((spec.name, "name", "is used by another table; names must be unique"))
         seen.add(spec.name)
+        spec = _with_connection(spec, connections, declared, table_raw, problems)
         tables.append(_resolve_paths(spec, base_dir))
 
     if problems:
         raise SpecError(source, problems)
     assert warehouse is not None
-    return ProjectSpec(warehouse=warehouse, tables=tables, spark=spark)
+    return ProjectSpec(warehouse=warehouse, tables=tables, spark=spark, connections=connections)
+
+
+def _connections(
+    raw: Any, problems: list[tuple[str | None, str, str]]
+) -> tuple[dict[str, ConnectionSpec], set[str]]:
+    """The top-level ``connections`` section: the valid connections by name, and every
+    declared name (tables naming an invalid one get no second error)."""
+    if raw is None:
+        return {}, set()
+    if not isinstance(raw, dict):
+        problems.append((None, "connections", "must be a mapping of connection names"))
+        return {}, set()
+    out: dict[str, ConnectionSpec] = {}
+    for name, settings in raw.items():
+        where = f"connections.{name}"
+        if not isinstance(name, str) or not _CONNECTION_NAME.match(name):
+            problems.append(
+                (None, where, "is not a valid connection name; use letters, digits and '_'")
+            )
+            continue
+        if not isinstance(settings, dict):
+            problems.append((None, where, "must be a mapping with url, driver, user, ..."))
+            continue
+        if "password" in settings:
+            problems.append(
+                (
+                    None,
+                    f"{where}.password",
+                    "passwords are never written in tables.yaml; put it in an environment "
+                    "variable and name that variable in password_env",
+                )
+            )
+            continue
+        if "name" in settings:
+            problems.append((None, f"{where}.name", "a connection's name is its key; remove it"))
+            continue
+        try:
+            out[name] = ConnectionSpec.model_validate({**settings, "name": name})
+        except ValidationError as exc:
+            problems.extend(_problems(None, exc, ConnectionSpec, prefix=where))
+    return out, {str(name) for name in raw}
+
+
+def _with_connection(
+    spec: TableSpec,
+    connections: dict[str, ConnectionSpec],
+    declared: set[str],
+    raw: dict[str, Any],
+    problems: list[tuple[str | None, str, str]],
+) -> TableSpec:
+    """A jdbc table's connection name replaced by the declared connection."""
+    if spec.source.format != "jdbc":
+        return spec
+    name = spec.source.connection
+    if not isinstance(name, str) or not isinstance(raw.get("source", {}).get("connection"), str):
+        problems.append(
+            (
+                spec.name,
+                "source.connection",
+                "must name a connection declared under the top-level 'connections'",
+            )
+        )
+        return spec
+    if name in declared and name not in connections:
+        return spec  # the connection's own problem is reported
+    if name not in connections:
+        names = ", ".join(sorted(declared)) or "none declared"
+        close = difflib.get_close_matches(name, list(connections), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        problems.append(
+            (
+                spec.name,
+                "source.connection",
+                f"unknown connection {name!r}{hint}; connections: {names}",
+            )
+        )
+        return spec
+    source = spec.source.model_copy(update={"connection": connections[name]})
+    return spec.model_copy(update={"source": source})
 
 
 def _resolve(location: str, base_dir: Path) -> str:
@@ -130,7 +220,9 @@ def _resolve(location: str, base_dir: Path) -> str:
 
 
 def _resolve_paths(spec: TableSpec, base_dir: Path) -> TableSpec:
-    source = spec.source.model_copy(update={"path": _resolve(spec.source.path, base_dir)})
+    source = spec.source
+    if source.path is not None:  # jdbc sources have none
+        source = source.model_copy(update={"path": _resolve(source.path, base_dir)})
     target = spec.target
     if target.path:
         target = target.model_copy(update={"path": _resolve(target.path, base_dir)})

@@ -26,10 +26,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from incremental_assets.specs.durations import parse_duration
 from incremental_assets.specs.strategies import StrategySpec
@@ -42,13 +44,103 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+class ConnectionSpec(_Spec):
+    """A database reached over JDBC: declared once under ``connections``, named by tables.
+
+    The password never appears in the YAML: ``password_env`` names the environment
+    variable that holds it (read through Dagster's ``EnvVar`` in the Dagster layer).
+    """
+
+    url: str = Field(description="JDBC URL, e.g. jdbc:postgresql://db.internal:5432/shop.")
+    driver: str | None = Field(
+        default=None, description="JDBC driver class, e.g. org.postgresql.Driver."
+    )
+    user: str | None = Field(default=None, description="Database user.")
+    password_env: str | None = Field(
+        default=None, description="Environment variable that holds the user's password."
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra JDBC connection properties, e.g. {sslmode: require}.",
+    )
+    max_retries: int = Field(
+        default=3,
+        ge=0,
+        description="Dagster retries of a load whose connection failed (exponential backoff).",
+    )
+    retry_delay: Duration = Field(
+        default=timedelta(seconds=10), description="Wait before the first retry; doubles after."
+    )
+    name: str = Field(default="", description="Set from the key under 'connections'.")
+    password: SecretStr | None = Field(
+        default=None,
+        exclude=True,
+        description="Filled in at run time from password_env; never written in YAML.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _jdbc_url_without_secret(cls, value: str) -> str:
+        if not value.startswith("jdbc:"):
+            raise ValueError(
+                f"{value!r} is not a JDBC URL; write it like jdbc:postgresql://host:5432/db"
+            )
+        if re.search(r"password\s*=", value, re.IGNORECASE):
+            raise ValueError(
+                "the URL holds a password; remove it and name the environment variable "
+                "that holds it in password_env"
+            )
+        return value
+
+    @field_validator("password_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+            raise ValueError(
+                f"{value!r} is not an environment variable name (e.g. SHOP_DB_PASSWORD)"
+            )
+        return value
+
+
+class SliceSpec(_Spec):
+    """Parallel reads of a JDBC window: ``count`` range slices of an integer, date or
+    timestamp column, bounded by the column's MIN/MAX inside the window."""
+
+    column: str
+    count: int = Field(ge=1, le=256, description="Number of slices (parallel connections).")
+
+
+_JDBC_ONLY = ("connection", "table", "slices", "fetch_size")
+
+
 class SourceSpec(_Spec):
     """Where a table's rows come from."""
 
-    format: Literal["delta", "parquet", "csv", "json"] = Field(
-        description="Reader: a Delta table, or a folder of Parquet, CSV or JSON-lines files."
+    format: Literal["delta", "parquet", "csv", "json", "jdbc"] = Field(
+        description="Reader: a Delta table, a folder of Parquet, CSV or JSON-lines files, "
+        "or a database table over JDBC."
     )
-    path: str = Field(description="Local path (relative to the YAML file) or object-store URI.")
+    path: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="Local path (relative to the YAML file) or object-store URI (not for jdbc).",
+    )
+    connection: str | ConnectionSpec | None = Field(
+        default=None,
+        validate_default=True,
+        description="jdbc: name of a connection under the top-level 'connections'.",
+    )
+    table: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="jdbc: the table as the database names it, e.g. public.orders.",
+    )
+    slices: SliceSpec | None = Field(
+        default=None, description="jdbc: read the window in parallel range slices."
+    )
+    fetch_size: int | None = Field(
+        default=None, ge=1, description="jdbc: rows per round trip (default 10000)."
+    )
     options: dict[str, str] = Field(
         default_factory=dict, description="Spark reader options, e.g. {header: 'true'} for CSV."
     )
@@ -61,6 +153,48 @@ class SourceSpec(_Spec):
         default="UTC",
         description="Zone in which the source's naive (zone-less) timestamps are written.",
     )
+
+    @field_validator("path")
+    @classmethod
+    def _path_for_files_only(cls, value: str | None, info: ValidationInfo) -> str | None:
+        fmt = info.data.get("format")
+        if fmt == "jdbc" and value is not None:
+            raise ValueError(
+                "a jdbc source reads a table, not a path: name it in source.table and the "
+                "database in source.connection"
+            )
+        if fmt not in (None, "jdbc") and value is None:
+            raise PydanticCustomError("missing", "Field required")
+        return value
+
+    @field_validator("connection", "table")
+    @classmethod
+    def _required_for_jdbc(cls, value: object, info: ValidationInfo) -> object:
+        fmt = info.data.get("format")
+        if fmt == "jdbc" and value is None:
+            raise PydanticCustomError("missing", "Field required")
+        return value
+
+    @model_validator(mode="after")
+    def _jdbc_settings_only_for_jdbc(self) -> SourceSpec:
+        if self.format != "jdbc":
+            given = [name for name in _JDBC_ONLY if getattr(self, name) is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: only for format: jdbc; remove for format: {self.format}"
+                )
+        elif self.schema_ddl is not None:
+            raise ValueError("a jdbc source takes its schema from the database; remove schema")
+        return self
+
+    @property
+    def location(self) -> str:
+        """Where the rows are, for descriptions: a path, or connection and table."""
+        if self.format == "jdbc":
+            conn = self.connection
+            name = conn if isinstance(conn, str) else (conn.name or conn.url) if conn else "?"
+            return f"{name}:{self.table}"
+        return str(self.path)
 
     @field_validator("timezone")
     @classmethod
@@ -226,6 +360,9 @@ class ProjectSpec(_Spec):
     warehouse: WarehouseSpec
     tables: list[TableSpec]
     spark: SparkSpec = Field(default_factory=SparkSpec)
+    connections: dict[str, ConnectionSpec] = Field(
+        default_factory=dict, description="Databases that jdbc sources name, by name."
+    )
 
     def table(self, name: str) -> TableSpec:
         for spec in self.tables:
