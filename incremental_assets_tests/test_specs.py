@@ -372,7 +372,7 @@ def test_parse_duration_refuses_non_durations(value):
 def test_repository_tables_yaml_loads():
     spec = load_project(REPO_ROOT / "tables.yaml")
 
-    assert [t.name for t in spec.tables] == ["orders", "events"]
+    assert [t.name for t in spec.tables] == ["orders", "events", "customers"]
     assert spec.warehouse.root == str(REPO_ROOT.resolve() / "data" / "warehouse")
 
 
@@ -439,3 +439,15 @@ def test_unknown_spark_setting_section_field_is_refused(tmp_path):
 
     assert err.problems[0][1] == "spark.mastr"
     assert "did you mean 'master'" in str(err)
+
+
+def test_hybrid_watermark_needs_a_tiebreak_and_options_stay_with_hybrid(tmp_path):
+    no_tiebreak = ORDERS.replace("kind: timestamp, lookback: 2h", "kind: hybrid")
+    stray = ORDERS.replace("lookback: 2h", "lookback: 2h, max_rows: 10")
+
+    assert "watermark.tiebreak is required" in str(spec_error(tmp_path, project(no_tiebreak)))
+    assert "apply to kind 'hybrid' only" in str(spec_error(tmp_path, project(stray)))
+    ok = ORDERS.replace("kind: timestamp, lookback: 2h", "kind: hybrid, tiebreak: id, max_rows: 5")
+    spec = load_project(write(tmp_path / "ok", project(ok))).tables[0]
+    assert (spec.watermark.tiebreak, spec.watermark.max_rows) == ("id", 5)
+    assert spec.partition_column == "updated_at"

@@ -27,6 +27,7 @@ from incremental_assets.engine.errors import ConcurrentLoadError
 from incremental_assets.engine.strategies import MergePlan
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import (
+    ID_MIN,
     WatermarkKind,
     WatermarkValue,
     from_transaction_version,
@@ -41,6 +42,11 @@ _STREAM_ABOVE_ROWS = 2_000_000
 
 def app_id(table: str) -> str:
     return f"incremental_assets/{table}"
+
+
+def tiebreak_app_id(table: str) -> str:
+    """A hybrid cursor's id part, committed in the same commit as its time part."""
+    return f"incremental_assets/{table}#tiebreak"
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,9 @@ class DeltaTarget:
         table = self.open()
         txn = table.transaction_version(app_id(self.table_name))
         cursor = from_transaction_version(txn, kind) if txn is not None else None
+        if kind == "hybrid" and cursor is not None:
+            tiebreak = table.transaction_version(tiebreak_app_id(self.table_name))
+            cursor = (cursor, tiebreak if tiebreak is not None else ID_MIN)
         return TargetState(
             exists=True,
             version=table.version(),
@@ -240,13 +249,12 @@ class DeltaTarget:
         custom[f"{META_PREFIX}table"] = self.table_name
         transactions = None
         if cursor is not None:
+            now = int(time.time() * 1000)
             transactions = [
-                Transaction(
-                    app_id(self.table_name),
-                    to_transaction_version(cursor, kind),
-                    int(time.time() * 1000),
-                )
+                Transaction(app_id(self.table_name), to_transaction_version(cursor, kind), now)
             ]
+            if isinstance(cursor, tuple):
+                transactions.append(Transaction(tiebreak_app_id(self.table_name), cursor[1], now))
         return CommitProperties(custom_metadata=custom, app_transactions=transactions)
 
 

@@ -243,22 +243,34 @@ def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkVal
     cursor and below the cap, or None when no such row exists."""
     if not window.incremental:
         return None
-    column = spec.watermark.column
-    part = predicates.probe_part(window, column)
+    column, tiebreak = spec.watermark.column, spec.watermark.tiebreak
+    part = predicates.probe_part(window, column, tiebreak)
     types = {f.name: f.dataType for f in source.schema.fields}
     raw_parts = predicates.to_source_ranges([part], types, spec.source.timezone)
     df = (
         source.read(raw_parts)
-        .select(column)
+        .select(column, *([tiebreak] if tiebreak else []))
         .filter(predicates.to_source_filter([part], types, spec.source.timezone))
         .transform(transforms.to_utc_instants(spec.source.timezone))
         .filter(predicates.to_filter([part]))
     )
     value = F.col(transforms.quote(column))
-    if spec.watermark.kind == "timestamp":
+    if spec.watermark.is_time:
         # Collect microseconds, not datetimes: PySpark turns timestamps into naive values in
         # the Python process's local zone.
         value = F.unix_micros(value)
+    if tiebreak:
+        # The (time, id) of the last row this run takes: all new rows, or the first
+        # max_rows of them in (time, id) order. The next run continues right after it.
+        if spec.watermark.max_rows:
+            df = df.orderBy(column, tiebreak).limit(spec.watermark.max_rows)
+        pair = F.struct(value.alias("t"), F.col(transforms.quote(tiebreak)).alias("i"))
+        high = df.agg(F.max(pair).alias("hw")).collect()[0]["hw"]
+        if high is None:
+            return None
+        time = from_transaction_version(int(high["t"]), "hybrid")
+        assert isinstance(time, datetime)
+        return (time, int(high["i"]))
     high = df.agg(F.max(value).alias("hw")).collect()[0]["hw"]
     if high is None:
         return None
@@ -287,7 +299,7 @@ def _increment(
     tombstones: DataFrame | None = None,
 ) -> tuple[DataFrame, Observation, list[str]]:
     wm, part_col = spec.watermark.column, spec.partition_column
-    parts = predicates.window_parts(window, wm, part_col)
+    parts = predicates.window_parts(window, wm, part_col, spec.watermark.tiebreak)
     types = {f.name: f.dataType for f in source.schema.fields}
     zone = spec.source.timezone
     raw = source.read(predicates.to_source_ranges(parts, types, zone))

@@ -32,42 +32,50 @@ class Range:
     lower_inclusive: bool = False
     upper: WatermarkValue | None = None
     upper_inclusive: bool = False
+    tiebreak: str | None = None  # with (time, id) bounds: the id column, compared second
 
     def admits(self, low: object, high: object) -> bool:
-        """Whether values in [low, high] (a file's statistics) may fall in this range."""
+        """Whether values in [low, high] (a file's statistics) may fall in this range. A
+        (time, id) bound is judged by its time alone, inclusively."""
         if low is None or high is None:
             return True
-        below = self.lower is not None and (
-            high < self.lower or (high == self.lower and not self.lower_inclusive)
-        )
-        above = self.upper is not None and (
-            low > self.upper or (low == self.upper and not self.upper_inclusive)
-        )
+        lower, lower_inclusive = _leading(self.lower, self.lower_inclusive)
+        upper, upper_inclusive = _leading(self.upper, self.upper_inclusive)
+        below = lower is not None and (high < lower or (high == lower and not lower_inclusive))
+        above = upper is not None and (low > upper or (low == upper and not upper_inclusive))
         return not (below or above)
+
+
+def _leading(bound: WatermarkValue | None, inclusive: bool) -> tuple[object, bool]:
+    if isinstance(bound, tuple):
+        return bound[0], True
+    return bound, inclusive
 
 
 Part = tuple[Range, ...]
 
 
-def window_parts(window: Window, watermark: str, partition_column: str) -> list[Part]:
+def window_parts(
+    window: Window, watermark: str, partition_column: str, tiebreak: str | None = None
+) -> list[Part]:
     parts: list[Part] = []
     if window.reads_incremental:
-        parts.append((Range(watermark, window.lower, False, window.upper, True),))
+        parts.append((Range(watermark, window.lower, False, window.upper, True, tiebreak),))
     if window.backfill_range is not None:
         start, end = window.backfill_range
         parts.append(
             (
                 Range(partition_column, start, True, end, False),
-                Range(watermark, None, False, window.cursor_before, True),
+                Range(watermark, None, False, window.cursor_before, True, tiebreak),
             )
         )
     return parts
 
 
-def probe_part(window: Window, watermark: str) -> Part:
+def probe_part(window: Window, watermark: str, tiebreak: str | None = None) -> Part:
     """Rows that can raise the high-water mark: above the cursor and below the cap."""
     lower = window.cursor_before if window.cursor_before is not None else window.lower
-    return (Range(watermark, lower, False, window.cap, False),)
+    return (Range(watermark, lower, False, window.cap, False, tiebreak),)
 
 
 def to_filter(parts: list[Part]) -> Column:
@@ -97,13 +105,27 @@ def _raw_range(r: Range, dtype: DataType | None, zone: str) -> Range:
     if not isinstance(dtype, TimestampNTZType):
         return r
     widen = timedelta(0) if zone == "UTC" else _DST_MARGIN
+    if widen and r.tiebreak:
+        # Widened bounds are approximate anyway: keep the time part, inclusively.
+        lower, _ = _leading(r.lower, r.lower_inclusive)
+        upper, _ = _leading(r.upper, r.upper_inclusive)
+        r = Range(r.column, lower, True, upper, True)
     return Range(
         r.column,
-        _wall_clock(r.lower, zone) - widen if isinstance(r.lower, datetime) else r.lower,
+        _local(r.lower, zone, -widen),
         r.lower_inclusive or bool(widen),
-        _wall_clock(r.upper, zone) + widen if isinstance(r.upper, datetime) else r.upper,
+        _local(r.upper, zone, widen),
         r.upper_inclusive or bool(widen),
+        r.tiebreak,
     )
+
+
+def _local(bound: WatermarkValue | None, zone: str, shift: timedelta) -> WatermarkValue | None:
+    if isinstance(bound, tuple):
+        return (_wall_clock(bound[0], zone) + shift, bound[1])
+    if isinstance(bound, datetime):
+        return _wall_clock(bound, zone) + shift
+    return bound
 
 
 def _wall_clock(value: datetime, zone: str) -> datetime:
@@ -115,12 +137,28 @@ def _range_column(r: Range, dtype: DataType | None, zone: str) -> Column:
     column = F.col(quote(r.column))
     ntz = isinstance(dtype, TimestampNTZType)
     conditions = [column.isNotNull()]
-    if r.lower is not None:
-        bound = _literal(r.lower, ntz)
-        conditions.append(column >= bound if r.lower_inclusive else column > bound)
-    if r.upper is not None:
-        bound = _literal(r.upper, ntz)
-        conditions.append(column <= bound if r.upper_inclusive else column < bound)
+    tiebreak = F.col(quote(r.tiebreak)) if r.tiebreak else None
+    for bound, inclusive, above in (
+        (r.lower, r.lower_inclusive, True),
+        (r.upper, r.upper_inclusive, False),
+    ):
+        if bound is None:
+            continue
+        if isinstance(bound, tuple):
+            # (time, id) order: past the instant, or at it and past the id.
+            assert tiebreak is not None
+            time, ident = _literal(bound[0], ntz), F.lit(bound[1])
+            beyond = column > time if above else column < time
+            at_id = tiebreak >= ident if inclusive else tiebreak > ident
+            if not above:
+                at_id = tiebreak <= ident if inclusive else tiebreak < ident
+            conditions.append(beyond | ((column == time) & at_id))
+        else:
+            literal = _literal(bound, ntz)
+            if above:
+                conditions.append(column >= literal if inclusive else column > literal)
+            else:
+                conditions.append(column <= literal if inclusive else column < literal)
     return _all(conditions)
 
 

@@ -28,7 +28,7 @@ def full_reload_frame(
         keep = (wm, spec.partition_column)
         df = df.transform(changes.normalize(spec.name, cdc, keep))
     df = df.transform(transforms.to_utc_instants(spec.source.timezone))
-    if spec.watermark.kind == "timestamp":
+    if spec.watermark.is_time:
         df = df.filter(F.col(transforms.quote(wm)) >= F.lit(spec.partitioning.start))
     df = df.transform(transforms.ordered_columns(spec.keys, wm)).transform(
         transforms.with_row_hash()

@@ -42,12 +42,29 @@ def check_source_columns(spec: TableSpec, schema: StructType) -> None:
                 f"correct {setting} in the table spec, or add the column to the source",
             )
     wm_type = schema[spec.watermark.column].dataType
-    if spec.watermark.kind == "timestamp" and not isinstance(wm_type, _TIMESTAMPS):
+    tiebreak = spec.watermark.tiebreak
+    if tiebreak and tiebreak not in names:
+        raise SchemaMismatchError(
+            spec.name,
+            tiebreak,
+            f"tie-break column '{tiebreak}' (watermark.tiebreak) is not in the source; "
+            f"source columns: {', '.join(names)}.",
+            "correct watermark.tiebreak in the table spec",
+        )
+    if tiebreak and not isinstance(schema[tiebreak].dataType, _INTEGRAL):
+        raise SchemaMismatchError(
+            spec.name,
+            tiebreak,
+            f"tie-break column '{tiebreak}' is {schema[tiebreak].dataType.simpleString()}; "
+            "it must be an integer.",
+            "set watermark.tiebreak to an integer column (e.g. the row's id)",
+        )
+    if spec.watermark.is_time and not isinstance(wm_type, _TIMESTAMPS):
         raise SchemaMismatchError(
             spec.name,
             spec.watermark.column,
             f"watermark column '{spec.watermark.column}' is {wm_type.simpleString()}, "
-            "but watermark.kind is 'timestamp'.",
+            f"but watermark.kind is '{spec.watermark.kind}'.",
             "use a timestamp column, or set watermark.kind: id for an integer column",
         )
     if spec.watermark.kind in ("id", "sequence") and not isinstance(wm_type, _INTEGRAL):

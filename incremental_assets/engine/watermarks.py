@@ -13,8 +13,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Literal, Union
 
-WatermarkKind = Literal["timestamp", "id", "sequence"]
-WatermarkValue = Union[datetime, int]
+WatermarkKind = Literal["timestamp", "id", "sequence", "hybrid"]
+# A hybrid cursor is (timestamp, tie-breaking id), compared lexicographically.
+WatermarkValue = Union[datetime, int, tuple[datetime, int]]
+
+# Lexicographic extremes of a hybrid cursor's id part.
+ID_MIN, ID_MAX = -(2**63), 2**63 - 1
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICRO = timedelta(microseconds=1)
@@ -27,23 +31,32 @@ def to_utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
 
+def instant(value: WatermarkValue) -> datetime | int:
+    """The leading (time) part of a hybrid cursor; other values as they are."""
+    return value[0] if isinstance(value, tuple) else value
+
+
 def to_transaction_version(value: WatermarkValue, kind: WatermarkKind) -> int:
-    if kind != "timestamp":
-        return int(value)
-    assert isinstance(value, datetime)
-    return (to_utc(value) - _EPOCH) // _MICRO
+    """The cursor's (leading) value as a Delta transaction version; a hybrid cursor's id
+    goes into a second application transaction (see ``delta_store``)."""
+    value = instant(value)
+    if isinstance(value, datetime):
+        return (to_utc(value) - _EPOCH) // _MICRO
+    return int(value)
 
 
 def from_transaction_version(version: int, kind: WatermarkKind) -> WatermarkValue:
-    if kind != "timestamp":
-        return version
-    return _EPOCH + timedelta(microseconds=version)
+    if kind in ("timestamp", "hybrid"):
+        return _EPOCH + timedelta(microseconds=version)
+    return version
 
 
 def format_value(value: WatermarkValue | None) -> str:
     """A stable, sortable text form: ISO-8601 UTC with 'Z' for timestamps."""
     if value is None:
         return "-"
+    if isinstance(value, tuple):
+        return f"{format_value(value[0])}|{value[1]}"
     if isinstance(value, datetime):
         text = to_utc(value).isoformat(timespec="microseconds").replace("+00:00", "Z")
         return text.replace(".000000Z", "Z")
@@ -51,6 +64,9 @@ def format_value(value: WatermarkValue | None) -> str:
 
 
 def parse_value(text: str, kind: WatermarkKind) -> WatermarkValue:
+    if kind == "hybrid":
+        time_text, _, id_text = text.partition("|")
+        return (to_utc(datetime.fromisoformat(time_text.replace("Z", "+00:00"))), int(id_text))
     if kind != "timestamp":
         return int(text)
     return to_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
@@ -62,6 +78,10 @@ def shift_back(value: WatermarkValue, lookback: timedelta | int) -> WatermarkVal
     Shifts the instant, not a wall clock: a lookback of 2h across a DST change is still
     exactly two hours, because values are UTC.
     """
+    if isinstance(value, tuple):
+        # Exactly after the cursor without a lookback; else every id of the earlier instant.
+        assert isinstance(lookback, timedelta)
+        return value if not lookback else (value[0] - lookback, ID_MIN)
     if isinstance(value, datetime):
         assert isinstance(lookback, timedelta)
         return value - lookback
@@ -71,6 +91,7 @@ def shift_back(value: WatermarkValue, lookback: timedelta | int) -> WatermarkVal
 
 def lag_seconds(watermark: WatermarkValue | None, clock: datetime) -> float | None:
     """How far the table trails the source clock (timestamps only)."""
+    watermark = instant(watermark) if watermark is not None else None
     if not isinstance(watermark, datetime):
         return None
     return max(0.0, (to_utc(clock) - to_utc(watermark)).total_seconds())

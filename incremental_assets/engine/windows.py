@@ -26,8 +26,10 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from incremental_assets.engine.watermarks import (
+    ID_MAX,
     WatermarkKind,
     WatermarkValue,
+    instant,
     shift_back,
     to_utc,
 )
@@ -141,8 +143,8 @@ def plan_window(
     """
     start, end = request.partition_start, request.partition_end
     if policy.partitions_cut_watermark:
-        assert cursor is None or isinstance(cursor, datetime)
-        partition_high_water = cursor
+        partition_high_water = instant(cursor) if cursor is not None else None
+        assert partition_high_water is None or isinstance(partition_high_water, datetime)
     behind = cursor is not None and partition_high_water is not None and end <= partition_high_water
 
     incremental = not behind
@@ -154,11 +156,13 @@ def plan_window(
     elif policy.kind == "timestamp":
         # The first load starts at the table's history start (inclusive).
         lower = policy.history_start - _MICRO
+    elif policy.kind == "hybrid":
+        lower = (policy.history_start - _MICRO, ID_MAX)
     else:
         lower = None
 
     cap: datetime | None = None
-    if policy.kind == "timestamp":
+    if policy.kind in ("timestamp", "hybrid"):
         if policy.settle_lag:
             cap = to_utc(source_clock) - policy.settle_lag + _MICRO
         if policy.partitions_cut_watermark:

@@ -212,9 +212,20 @@ class WatermarkSpec(_Spec):
     """The column that orders changes, and how far back a run looks for late rows."""
 
     column: str
-    kind: Literal["timestamp", "id", "sequence"] = Field(
+    kind: Literal["timestamp", "id", "sequence", "hybrid"] = Field(
         description="'timestamp' for a change time column, 'id' for a monotonic integer id, "
-        "'sequence' for an insert-only log's integer id whose gaps are reported."
+        "'sequence' for an insert-only log's integer id whose gaps are reported, 'hybrid' "
+        "for a timestamp with a tie-breaking integer id (many rows sharing one time)."
+    )
+    tiebreak: str | None = Field(
+        default=None,
+        description="hybrid: the integer column that orders rows sharing one timestamp.",
+    )
+    max_rows: int | None = Field(
+        default=None,
+        ge=1,
+        description="hybrid: stop a run after this many new rows; the next run continues "
+        "from the exact (timestamp, id) it stopped at.",
     )
     lookback: timedelta | int = Field(
         default=0,
@@ -246,6 +257,24 @@ class WatermarkSpec(_Spec):
         if info.data.get("kind") in ("id", "sequence") and value:
             raise ValueError("applies to 'timestamp' watermarks only; remove it")
         return value
+
+    @model_validator(mode="after")
+    def _hybrid_settings(self) -> WatermarkSpec:
+        if self.kind == "hybrid" and not self.tiebreak:
+            raise ValueError(
+                "watermark.tiebreak is required when kind is 'hybrid': name the integer "
+                "column that orders rows sharing one timestamp"
+            )
+        if self.kind != "hybrid" and (self.tiebreak or self.max_rows):
+            raise ValueError(
+                "watermark.tiebreak and watermark.max_rows apply to kind 'hybrid' only"
+            )
+        return self
+
+    @property
+    def is_time(self) -> bool:
+        """Whether the watermark's (leading) column is a timestamp."""
+        return self.kind in ("timestamp", "hybrid")
 
 
 class PartitioningSpec(_Spec):
@@ -320,8 +349,17 @@ class TableSpec(_Spec):
         return value
 
     @model_validator(mode="after")
+    def _hybrid_not_over_jdbc_yet(self) -> TableSpec:
+        if self.watermark.kind == "hybrid" and self.source.format == "jdbc":
+            raise ValueError(
+                "watermark.kind 'hybrid' is not supported for jdbc sources yet; use "
+                "'timestamp' with a lookback, or 'id'"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _partition_column(self) -> TableSpec:
-        if self.partitioning.column is None and self.watermark.kind != "timestamp":
+        if self.partitioning.column is None and not self.watermark.is_time:
             raise ValueError(
                 "partitioning.column is required when watermark.kind is "
                 f"'{self.watermark.kind}': name the event-time column whose days/hours the "
