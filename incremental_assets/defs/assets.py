@@ -118,10 +118,15 @@ def _unrecorded_commits(context: dg.AssetExecutionContext, target: DeltaTarget) 
     if not target.exists():
         return []
     event = context.instance.get_latest_materialization_event(context.asset_key)
-    recorded = -1
-    if event is not None and event.asset_materialization is not None:
-        value = event.asset_materialization.metadata.get("delta_version")
-        recorded = int(value.value) if value is not None else -1
+    if event is None or event.asset_materialization is None:
+        # A new Dagster instance knows no loads at all: nothing was lost, nothing to recover.
+        context.log.info(
+            "Dagster has no record of earlier loads of this table; its Delta log, which "
+            "holds the watermark, is used as it is."
+        )
+        return []
+    value = event.asset_materialization.metadata.get("delta_version")
+    recorded = int(value.value) if value is not None else -1
     return sorted(
         int(load["version"]) for load in target.loads(limit=50) if int(load["version"]) > recorded
     )

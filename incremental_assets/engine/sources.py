@@ -97,6 +97,13 @@ class FileSource(Source):
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
         super().__init__(table, spec)
         self._spark = spark
+        if spec.format == "parquet" and os.path.isdir(os.path.join(spec.path, "_delta_log")):
+            raise SourceNotFoundError(
+                table,
+                f"{spec.path} is a Delta table: read as plain Parquet it would include files "
+                "the table has replaced.",
+                "set source.format: delta",
+            )
         if not spec.path.startswith(_URI) and not os.path.exists(spec.path):
             raise SourceNotFoundError(
                 table,

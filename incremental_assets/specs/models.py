@@ -37,6 +37,16 @@ from incremental_assets.specs.durations import parse_duration
 from incremental_assets.specs.strategies import StrategySpec
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _settings_as_text(value: object) -> object:
+    # YAML reads `200` and `true` as numbers and booleans; Spark settings are text.
+    if isinstance(value, dict):
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    return value
+
+
+Settings = Annotated[dict[str, str], BeforeValidator(_settings_as_text)]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -141,7 +151,7 @@ class SourceSpec(_Spec):
     fetch_size: int | None = Field(
         default=None, ge=1, description="jdbc: rows per round trip (default 10000)."
     )
-    options: dict[str, str] = Field(
+    options: Settings = Field(
         default_factory=dict, description="Spark reader options, e.g. {header: 'true'} for CSV."
     )
     schema_ddl: str | None = Field(
@@ -388,7 +398,7 @@ class SparkSpec(_Spec):
         default=None,
         description="Spark master URL; default local[*] (or INCREMENTAL_ASSETS_SPARK_MASTER).",
     )
-    conf: dict[str, str] = Field(
+    conf: Settings = Field(
         default_factory=dict,
         description="Extra Spark settings, e.g. spark.jars: /usr/share/java/postgresql.jar.",
     )
