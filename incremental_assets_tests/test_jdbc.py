@@ -26,6 +26,7 @@ from incremental_assets.engine import (
     IncrementalLoadError,
     SchemaMismatchError,
     SourceNotFoundError,
+    jdbc,
     predicates,
     run_load,
     transforms,
@@ -384,6 +385,19 @@ def test_timestamptz_and_zone_less_columns_load_the_same_rows_in_any_session_zon
         expected = sorted(r for r in rows if at(1) <= r[3] < end)
         assert target_rows(targets["aware"]) == expected, f"day {day}"
         assert target_rows(targets["local"]) == expected, f"day {day}"
+
+
+@pytest.mark.parametrize(
+    ("java_zone", "offset"),
+    [("GMT+01:00", "+01"), ("GMT-05:30", "-05:30"), ("Asia/Tokyo", "+09"), ("Etc/UTC", "+00")],
+)
+def test_session_zone_pin_reads_java_zone_ids_as_java_does(postgres, java_zone, offset):
+    # PostgreSQL alone would read 'GMT+01:00' POSIX-style: one hour west, not east.
+    pin = jdbc._postgres_zone(java_zone)
+
+    ((shown,),) = postgres.sql(f"SET TIME ZONE {pin}; SELECT '2026-01-01 00:00'::timestamptz")
+
+    assert shown == f"2026-01-01 00:00:00{offset}"
 
 
 def test_high_water_of_zone_less_times_across_the_spring_gap_is_exact(shop, spark):

@@ -297,10 +297,20 @@ def reader_options(
         # zone (or the session zone with the Java 8 time API), and PostgreSQL reads it in
         # the session's TimeZone; a TimeZone set on the server, the database, the role or
         # in the URL would shift every window bound. Pin the session to Spark's zone.
-        pin = f"SET TIME ZONE '{_literal_zone(spark)}'"
+        pin = f"SET TIME ZONE {_postgres_zone(_literal_zone(spark))}"
         init = options.get("sessionInitStatement")
         options["sessionInitStatement"] = f"{init}; {pin}" if init else pin
     return options
+
+
+def _postgres_zone(java_zone: str) -> str:
+    """A Java zone id as PostgreSQL's SET TIME ZONE argument. Offsets become an interval:
+    PostgreSQL reads 'GMT+01:00' POSIX-style, i.e. one hour west."""
+    offset = re.fullmatch(r"(?:GMT|UTC|UT)?([+-])(\d{1,2})(?::?(\d{2}))?", java_zone)
+    if offset:
+        sign, hours, minutes = offset.group(1), int(offset.group(2)), int(offset.group(3) or 0)
+        return f"INTERVAL '{sign}{hours:02d}:{minutes:02d}' HOUR TO MINUTE"
+    return "'" + java_zone.replace("'", "''") + "'"
 
 
 def _literal_zone(spark: SparkSession) -> str:
@@ -416,9 +426,10 @@ def explain_failure(
         driver = connection.driver if connection and connection.driver else "the JDBC driver"
         return SourceAccessError(
             table,
-            f"{driver} is not on Spark's classpath ({detail}).",
-            "add the driver jar to spark.conf in tables.yaml: spark.jars: /path/driver.jar "
-            "or spark.jars.packages: <maven coordinates> (see the README, Database sources)",
+            f"Spark found no JDBC driver for {where}: {driver} ({detail}).",
+            "name the driver class in the connection's driver (e.g. org.postgresql.Driver) "
+            "and put its jar on Spark's classpath: spark.conf in tables.yaml, spark.jars: "
+            "/path/driver.jar or spark.jars.packages: <maven coordinates>",
         )
     if state.startswith("28"):
         env = connection.password_env if connection else None
