@@ -125,24 +125,32 @@ class JdbcSource(Source):
         row = self._query_row("SELECT CURRENT_TIMESTAMP AS now", micros=("now",))
         return _EPOCH + timedelta(microseconds=int(row["now"]))
 
-    def high_water(self, part: Part, kind: WatermarkKind) -> WatermarkValue | None:
+    def high_water(
+        self, part: Part, kind: WatermarkKind, max_rows: int | None = None
+    ) -> WatermarkValue | None:
         """The highest watermark among the rows in ``part`` (a probe part of exact UTC
-        ranges on one column), computed by the database: ``SELECT MAX(column) ... WHERE``.
+        ranges on one column), computed by the database: ``SELECT MAX(column) ... WHERE``,
+        or for (time, id) watermarks the last row in (time, id) order (of the first
+        ``max_rows``).
 
         Zone-less timestamps in a zone other than UTC do not map monotonically to instants
         (DST), so there the database's MAX of the wall-clock values only narrows the search:
         the exact maximum is taken by Spark over the rows within two DST margins below it.
         """
         (probe,) = part
-        column = probe.column
+        column, tiebreak = probe.column, probe.tiebreak
         raw = predicates.to_source_ranges([part], self._types, self.spec.timezone)
-        ntz = isinstance(self._types.get(column), TimestampNTZType)
+        local = isinstance(self._types.get(column), TimestampNTZType)
+        if tiebreak:
+            if local and self.spec.timezone != "UTC":
+                return self._spark_high_water(part, kind, max_rows)
+            return self._last_pair(raw, column, tiebreak, local, max_rows)
         micros = (column,) if isinstance(self._types.get(column), TimestampType) else ()
         sql = (
             f"SELECT MAX({self._quote(column)}) AS {self._quote(column)} "
             f"FROM {self.spec.table} WHERE {self._where(raw)}"
         )
-        if ntz:
+        if local:
             top = self._query_row(sql, wall_clock=(column,))[column]
             if top is None:
                 return None
@@ -198,6 +206,53 @@ class JdbcSource(Source):
             if row[c] is not None:
                 row[c] = (_EPOCH + timedelta(microseconds=int(row[c]))).replace(tzinfo=None)
         return row
+
+    def _last_pair(
+        self, raw: list[Part], column: str, tiebreak: str, local: bool, max_rows: int | None
+    ) -> WatermarkValue | None:
+        t, i = self._quote(column), self._quote(tiebreak)
+        rows = f"SELECT {t} AS t, {i} AS i FROM {self.spec.table} WHERE {self._where(raw)}"
+        if max_rows:
+            rows = f"SELECT t, i FROM ({rows} ORDER BY t, i LIMIT {int(max_rows)}) AS first_rows"
+        sql = f"SELECT t, i FROM ({rows}) AS window_rows ORDER BY t DESC, i DESC LIMIT 1"
+        with self.failures("querying"):
+            df = self._reader().option("query", sql).load()
+            time = F.col("t").cast("timestamp") if local else F.col("t")
+            found = df.select(F.unix_micros(time).alias("t"), "i").collect()
+        if not found or found[0]["t"] is None:
+            return None
+        moment = from_transaction_version(int(found[0]["t"]), "hybrid")
+        assert isinstance(moment, datetime)
+        return (moment, int(found[0]["i"]))
+
+    def _spark_high_water(
+        self, part: Part, kind: WatermarkKind, max_rows: int | None
+    ) -> WatermarkValue | None:
+        """The engine's own definition, computed by Spark over the pushed-down window."""
+        (probe,) = part
+        column, tiebreak = probe.column, probe.tiebreak
+        zone = self.spec.timezone
+        df = (
+            self.read(predicates.to_source_ranges([part], self._types, zone))
+            .select(column, *([tiebreak] if tiebreak else []))
+            .filter(predicates.to_source_filter([part], self._types, zone))
+            .transform(transforms.to_utc_instants(zone))
+            .filter(predicates.to_filter([part]))
+        )
+        value = F.unix_micros(F.col(transforms.quote(column)))
+        with self.failures("querying"):
+            if tiebreak:
+                if max_rows:
+                    df = df.orderBy(column, tiebreak).limit(max_rows)
+                pair = F.struct(value.alias("t"), F.col(transforms.quote(tiebreak)).alias("i"))
+                high = df.agg(F.max(pair).alias("hw")).collect()[0]["hw"]
+                if high is None:
+                    return None
+                moment = from_transaction_version(int(high["t"]), "hybrid")
+                assert isinstance(moment, datetime)
+                return (moment, int(high["i"]))
+            high = df.agg(F.max(value).alias("hw")).collect()[0]["hw"]
+        return None if high is None else from_transaction_version(int(high), kind)
 
     def _exact_max_near(self, part: Part, column: str, top: datetime) -> WatermarkValue | None:
         """Exact max instant of a zone-less column: first among raw values within two DST
@@ -339,14 +394,24 @@ def sql_condition(parts: list[Part], types: dict[str, DataType], quote) -> str:
                 continue
             column = quote(r.column)
             ands.append(f"{column} IS NOT NULL")
-            if r.lower is not None:
-                op = ">=" if r.lower_inclusive else ">"
-                ands.append(f"{column} {op} {sql_literal(r.lower)}")
-            if r.upper is not None:
-                op = "<=" if r.upper_inclusive else "<"
-                ands.append(f"{column} {op} {sql_literal(r.upper)}")
+            for bound, inclusive, above in (
+                (r.lower, r.lower_inclusive, True),
+                (r.upper, r.upper_inclusive, False),
+            ):
+                if bound is not None:
+                    ands.append(_bound_sql(column, r.tiebreak, quote, bound, inclusive, above))
         ors.append("(" + " AND ".join(ands) + ")" if ands else "(1=1)")
     return " OR ".join(ors)
+
+
+def _bound_sql(column: str, tiebreak, quote, bound, inclusive: bool, above: bool) -> str:
+    strict = ">" if above else "<"
+    if isinstance(bound, tuple):
+        # (time, id) order: past the instant, or at it and past the id.
+        time, ident = sql_literal(bound[0]), sql_literal(bound[1])
+        at_id = f"{quote(tiebreak)} {strict}{'=' if inclusive else ''} {ident}"
+        return f"({column} {strict} {time} OR ({column} = {time} AND {at_id}))"
+    return f"{column} {strict}{'=' if inclusive else ''} {sql_literal(bound)}"
 
 
 def sql_literal(value: object) -> str:
