@@ -327,3 +327,26 @@ def test_target_readable_by_spark_with_and_without_delta_partitions(
     rows = sorted(tuple(r) for r in target.to_spark(spark).select("order_id", "status").collect())
     assert rows == [(1, "x"), (2, "x")]
     assert differences(spark, spec, target) == (0, 0)
+
+
+def test_timestamp_watermark_without_a_lookback_setting_runs_twice(spark, orders_source, target):
+    from incremental_assets.specs import TableSpec
+
+    spec = TableSpec.model_validate(
+        {
+            "name": "orders",
+            "source": {"format": "delta", "path": orders_source.path},
+            "keys": ["order_id"],
+            "watermark": {"column": "updated_at", "kind": "timestamp"},
+            "strategy": "upsert",
+            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+        }
+    )
+    orders_source.upsert([(1, "placed", 1.0, at(1, 1))])
+    load(spark, spec, target, 1)
+    orders_source.upsert([(2, "placed", 1.0, at(1, 2))])
+
+    second = load(spark, spec, target, 1)
+
+    assert spec.watermark.lookback == timedelta(0)
+    assert second.rows_inserted == 1

@@ -227,11 +227,6 @@ def test_high_water_mark_is_one_max_query_executed_by_the_database(shop, spark):
     assert source.clock() > at(1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="load.py computes the high-water mark in Spark (MAX over unix_micros is not "
-    "pushed down); it must call Source.high_water (JdbcSource: SELECT MAX in the database)",
-)
 def test_a_run_takes_its_high_water_mark_from_a_max_query_in_the_database(shop, spark):
     shop.upsert([(i, "placed", float(i), at(1, i)) for i in range(1, 6)])
     since = shop.pg.log_position()
@@ -270,8 +265,6 @@ def test_hybrid_watermark_runs_stop_inside_a_burst_and_lose_nothing(shop, spark)
             "lookback": "0s",
         }
     )
-    # TableSpec still refuses hybrid watermarks on jdbc sources ("not supported yet"); the
-    # source supports them, so the spec is assembled past that check.
     spec = shop.spec().model_copy(update={"watermark": hybrid})
     target = shop.target()
     source = open_source(spark, "orders", spec.source, {})

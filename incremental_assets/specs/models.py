@@ -239,6 +239,7 @@ class WatermarkSpec(_Spec):
     )
     lookback: timedelta | int = Field(
         default=0,
+        validate_default=True,
         description="Re-read this much before the stored watermark on every run "
         "(a duration for timestamps, an integer for ids).",
     )
@@ -357,15 +358,6 @@ class TableSpec(_Spec):
                 "and start with a letter"
             )
         return value
-
-    @model_validator(mode="after")
-    def _hybrid_not_over_jdbc_yet(self) -> TableSpec:
-        if self.watermark.kind == "hybrid" and self.source.format == "jdbc":
-            raise ValueError(
-                "watermark.kind 'hybrid' is not supported for jdbc sources yet; use "
-                "'timestamp' with a lookback, or 'id'"
-            )
-        return self
 
     @model_validator(mode="after")
     def _partition_column(self) -> TableSpec:
