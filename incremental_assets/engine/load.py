@@ -243,42 +243,8 @@ def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkVal
     cursor and below the cap, or None when no such row exists."""
     if not window.incremental:
         return None
-    column, tiebreak = spec.watermark.column, spec.watermark.tiebreak
-    part = predicates.probe_part(window, column, tiebreak)
-    # A source that can answer in one query (a database's MAX) does so.
-    own_probe = getattr(source, "high_water", None)
-    if own_probe is not None:
-        return own_probe(part, spec.watermark.kind, spec.watermark.max_rows)
-    types = {f.name: f.dataType for f in source.schema.fields}
-    raw_parts = predicates.to_source_ranges([part], types, spec.source.timezone)
-    df = (
-        source.read(raw_parts)
-        .select(column, *([tiebreak] if tiebreak else []))
-        .filter(predicates.to_source_filter([part], types, spec.source.timezone))
-        .transform(transforms.to_utc_instants(spec.source.timezone))
-        .filter(predicates.to_filter([part]))
-    )
-    value = F.col(transforms.quote(column))
-    if spec.watermark.is_time:
-        # Collect microseconds, not datetimes: PySpark turns timestamps into naive values in
-        # the Python process's local zone.
-        value = F.unix_micros(value)
-    if tiebreak:
-        # The (time, id) of the last row this run takes: all new rows, or the first
-        # max_rows of them in (time, id) order. The next run continues right after it.
-        if spec.watermark.max_rows:
-            df = df.orderBy(column, tiebreak).limit(spec.watermark.max_rows)
-        pair = F.struct(value.alias("t"), F.col(transforms.quote(tiebreak)).alias("i"))
-        high = df.agg(F.max(pair).alias("hw")).collect()[0]["hw"]
-        if high is None:
-            return None
-        time = from_transaction_version(int(high["t"]), "hybrid")
-        assert isinstance(time, datetime)
-        return (time, int(high["i"]))
-    high = df.agg(F.max(value).alias("hw")).collect()[0]["hw"]
-    if high is None:
-        return None
-    return from_transaction_version(int(high), spec.watermark.kind)
+    part = predicates.probe_part(window, spec.watermark.column, spec.watermark.tiebreak)
+    return source.high_water(part, spec.watermark.kind, spec.watermark.max_rows)
 
 
 def _shape(spec: TableSpec):
@@ -287,6 +253,25 @@ def _shape(spec: TableSpec):
         keep = (spec.watermark.column, spec.partition_column)
         return changes.normalize(spec.name, spec.strategy, keep)
     return lambda df: df
+
+
+def prepared_rows(spec: TableSpec):
+    """Raw source rows as the loader lands them: reshaped by the strategy, timestamps as UTC
+    instants, keys and watermark first, the row hash, and soft-delete flags for CDC tables
+    that keep deleted rows (added after the hash, so a replay hashes the same)."""
+
+    def transform(df: DataFrame) -> DataFrame:
+        df = (
+            df.transform(_shape(spec))
+            .transform(transforms.to_utc_instants(spec.source.timezone))
+            .transform(transforms.ordered_columns(spec.keys, spec.watermark.column))
+            .transform(transforms.with_row_hash())
+        )
+        if isinstance(spec.strategy, CdcStrategy) and spec.strategy.deletes == "soft":
+            df = df.transform(changes.soft_delete_columns(spec.partition_column))
+        return df
+
+    return transform
 
 
 def _tombstones(spark: SparkSession, spec: TableSpec, target: DeltaTarget) -> DataFrame | None:
@@ -309,15 +294,10 @@ def _increment(
     raw = source.read(predicates.to_source_ranges(parts, types, zone))
     normalized = (
         raw.filter(predicates.to_source_filter(parts, types, zone))
-        .transform(_shape(spec))
-        .transform(transforms.to_utc_instants(zone))
+        .transform(prepared_rows(spec))
         .filter(predicates.to_filter(parts))
-        .transform(transforms.ordered_columns(spec.keys, wm))
-        .transform(transforms.with_row_hash())
     )
     cdc = isinstance(spec.strategy, CdcStrategy)
-    if cdc and spec.strategy.deletes == "soft":
-        normalized = normalized.transform(changes.soft_delete_columns(part_col))
     new_columns: list[str] = []
     if state.schema is not None:
         incoming = normalized.drop(changes.OP) if cdc else normalized

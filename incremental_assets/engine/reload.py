@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, transforms
 from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.load import prepared_rows
 from incremental_assets.engine.sources import open_source
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.strategies import CdcStrategy
@@ -22,24 +23,16 @@ def full_reload_frame(
     """Every source row from the table's history start on, one row per key."""
     source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
     wm = spec.watermark.column
-    cdc = spec.strategy if isinstance(spec.strategy, CdcStrategy) else None
-    df = source.read()
-    if cdc is not None:
-        keep = (wm, spec.partition_column)
-        df = df.transform(changes.normalize(spec.name, cdc, keep))
-    df = df.transform(transforms.to_utc_instants(spec.source.timezone))
+    df = source.read().transform(prepared_rows(spec))
     if spec.watermark.is_time:
         df = df.filter(F.col(transforms.quote(wm)) >= F.lit(spec.partitioning.start))
-    df = df.transform(transforms.ordered_columns(spec.keys, wm)).transform(
-        transforms.with_row_hash()
-    )
     # For 'append' (insert-only sources) a key has one version, so this is the same rule.
     newest = df.transform(transforms.newest_per_key(spec.keys, wm))
-    if cdc is None:
+    if not isinstance(spec.strategy, CdcStrategy):
         return newest
-    if cdc.deletes == "soft":
-        return newest.transform(changes.soft_delete_columns(spec.partition_column)).drop(changes.OP)
-    return newest.filter(F.col(changes.OP) != "D").drop(changes.OP)
+    if spec.strategy.deletes == "hard":
+        newest = newest.filter(F.col(changes.OP) != "D")
+    return newest.drop(changes.OP)
 
 
 def business_columns(df: DataFrame) -> DataFrame:

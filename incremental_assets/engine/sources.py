@@ -18,10 +18,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import delta_io
+from incremental_assets.engine import delta_io, predicates
 from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
 from incremental_assets.engine.predicates import Part
-from incremental_assets.engine.transforms import quote
+from incremental_assets.engine.transforms import quote, to_utc_instants
+from incremental_assets.engine.watermarks import (
+    WatermarkKind,
+    WatermarkValue,
+    from_transaction_version,
+)
 from incremental_assets.specs import SourceSpec
 
 _URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
@@ -41,6 +46,41 @@ class Source(ABC):
     @abstractmethod
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         """Rows that may fall in ``raw_parts`` (all rows when None); not yet filtered."""
+
+    def high_water(
+        self, part: Part, kind: WatermarkKind, max_rows: int | None = None
+    ) -> WatermarkValue | None:
+        """The highest watermark among the rows of ``part`` (a probe part: one range on the
+        watermark column, with a tie-break column for hybrid watermarks), or None. For a
+        hybrid watermark with ``max_rows``: the last of the first ``max_rows`` rows in
+        (time, id) order, so the next run continues right after it."""
+        (probe,) = part
+        column, tiebreak, zone = probe.column, probe.tiebreak, self.spec.timezone
+        types = {f.name: f.dataType for f in self.schema.fields}
+        df = (
+            self.read(predicates.to_source_ranges([part], types, zone))
+            .select(column, *([tiebreak] if tiebreak else []))
+            .filter(predicates.to_source_filter([part], types, zone))
+            .transform(to_utc_instants(zone))
+            .filter(predicates.to_filter([part]))
+        )
+        value = F.col(quote(column))
+        if kind in ("timestamp", "hybrid"):
+            # Collect microseconds, not datetimes: PySpark turns timestamps into naive
+            # values in the Python process's local zone.
+            value = F.unix_micros(value)
+        if tiebreak is None:
+            high = df.agg(F.max(value).alias("hw")).collect()[0]["hw"]
+            return None if high is None else from_transaction_version(int(high), kind)
+        if max_rows:
+            df = df.orderBy(column, tiebreak).limit(max_rows)
+        pair = F.struct(value.alias("t"), F.col(quote(tiebreak)).alias("i"))
+        high = df.agg(F.max(pair).alias("hw")).collect()[0]["hw"]
+        if high is None:
+            return None
+        time = from_transaction_version(int(high["t"]), "hybrid")
+        assert isinstance(time, datetime)
+        return (time, int(high["i"]))
 
     def count_nulls(self, column: str) -> int:
         """Rows whose ``column`` is null (Parquet answers from row-group statistics)."""
