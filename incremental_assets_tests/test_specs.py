@@ -451,3 +451,57 @@ def test_hybrid_watermark_needs_a_tiebreak_and_options_stay_with_hybrid(tmp_path
     spec = load_project(write(tmp_path / "ok", project(ok))).tables[0]
     assert (spec.watermark.tiebreak, spec.watermark.max_rows) == ("id", 5)
     assert spec.partition_column == "updated_at"
+
+
+SNAPSHOT = """\
+  - name: products
+    source: {format: parquet, path: ./source/products}
+    keys: [id]
+    strategy: {kind: snapshot, deletes: soft, tracked: [price]}
+    partitioning: {granularity: daily, start: 2026-01-01}
+"""
+
+HISTORY = """\
+  - name: customers
+    source: {format: parquet, path: ./source/customers}
+    keys: [id]
+    watermark: {column: lsn, kind: id}
+    strategy: {kind: scd2, changes: {kind: cdc, encoding: debezium}, tracked: [city]}
+    partitioning: {granularity: daily, start: 2026-01-01, column: changed_at}
+"""
+
+
+def test_snapshot_and_scd2_tables_load_with_their_order_columns(tmp_path):
+    spec = load_project(write(tmp_path, project(SNAPSHOT + HISTORY)))
+    products, customers = spec.tables
+
+    assert products.takes_snapshots and products.watermark.column == "_ia_snapshot_at"
+    assert products.strategy.tracked == ["price"]
+    assert customers.history is not None and customers.feed.encoding == "debezium"
+    assert customers.effective_column == "changed_at"
+    assert customers.row_identity == ["id", "valid_from"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "says"),
+    [
+        ("kind: cdc, encoding", "kind: cdc, encodng", "strategy.changes.encodng", "encoding"),
+        ("tracked: [city]", "trackd: [city]", "strategy.trackd", "did you mean 'tracked'"),
+        ("encoding: debezium}", "deletes: soft}", "strategy", "remove changes.deletes"),
+        ("changes: {kind: cdc", "changes: {kind: merge", "strategy.changes", "'snapshot'"),
+    ],
+)
+def test_scd2_option_errors_name_the_nested_field(tmp_path, old, new, field, says):
+    err = spec_error(tmp_path, project(HISTORY.replace(old, new)))
+
+    assert says in problem(err, "customers", field)
+
+
+def test_snapshot_table_with_a_watermark_is_refused_naming_the_watermark(tmp_path):
+    text = SNAPSHOT.replace(
+        "    keys: [id]\n", "    keys: [id]\n    watermark: {column: ts, kind: timestamp}\n"
+    )
+
+    err = spec_error(tmp_path, project(text))
+
+    assert "remove watermark" in problem(err, "products", "watermark")

@@ -19,12 +19,20 @@ from incremental_assets.specs.models import (
     TableSpec,
     WarehouseSpec,
 )
-from incremental_assets.specs.strategies import AppendStrategy, CdcStrategy, UpsertStrategy
+from incremental_assets.specs.strategies import (
+    AppendStrategy,
+    CdcStrategy,
+    Scd2Strategy,
+    SnapshotStrategy,
+    UpsertStrategy,
+)
 
 STRATEGY_MODELS: dict[str, type[BaseModel]] = {
     "append": AppendStrategy,
     "upsert": UpsertStrategy,
     "cdc": CdcStrategy,
+    "snapshot": SnapshotStrategy,
+    "scd2": Scd2Strategy,
 }
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -244,13 +252,19 @@ def _problems(
         # pydantic reports union members and validators as path parts; keep field names only.
         loc = [part for part in loc if not part.startswith(("function-", "timedelta", "int"))]
         owner: type[BaseModel] = model
+        within = loc[:-1]
         if len(loc) > 1 and loc[0] == "strategy" and loc[1] in STRATEGY_MODELS:
-            # A strategy's options: the tag pydantic puts in the path is not a field.
-            owner, loc = STRATEGY_MODELS[loc[1]], loc[2:]
-            loc = ["strategy", *loc]
-            within = loc[1:-1]
-        else:
-            within = loc[:-1]
+            # A strategy's options: the tag pydantic puts in the path is not a field (nor
+            # is the tag of scd2's nested 'changes').
+            owner, rest = STRATEGY_MODELS[loc[1]], loc[2:]
+            if len(rest) > 1 and rest[0] == "changes" and rest[1] in STRATEGY_MODELS:
+                owner, rest = STRATEGY_MODELS[rest[1]], ["changes", *rest[2:]]
+                within = rest[1:-1]
+            else:
+                within = rest[:-1]
+            loc = ["strategy", *rest]
+        if error["type"] == "snapshot_watermark":
+            loc = ["watermark"]
         field = ".".join([prefix, *loc] if prefix else loc) or "-"
         if error["type"] == "union_tag_invalid":
             expected = error.get("ctx", {}).get("expected_tags", "")

@@ -34,7 +34,12 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from incremental_assets.specs.durations import parse_duration
-from incremental_assets.specs.strategies import StrategySpec
+from incremental_assets.specs.strategies import (
+    CdcStrategy,
+    Scd2Strategy,
+    SnapshotStrategy,
+    StrategySpec,
+)
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
@@ -47,6 +52,8 @@ def _settings_as_text(value: object) -> object:
 
 
 Settings = Annotated[dict[str, str], BeforeValidator(_settings_as_text)]
+SNAPSHOT_AT = "_ia_snapshot_at"
+"""The time a snapshot was taken: the order column of snapshot tables, added by the loader."""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -337,10 +344,13 @@ class TableSpec(_Spec):
     group: str = "incremental"
     source: SourceSpec
     keys: list[str] = Field(min_length=1, description="Columns that identify a row.")
-    watermark: WatermarkSpec
+    watermark: WatermarkSpec = Field(
+        description="The column that orders changes (not for snapshot tables, which are "
+        "ordered by the time each snapshot was taken)."
+    )
     strategy: StrategySpec = Field(
-        description="How increments land: append, upsert or cdc (a name, or a mapping "
-        "with 'kind' and the strategy's options)."
+        description="How increments land: append, upsert, cdc, snapshot or scd2 (a name, "
+        "or a mapping with 'kind' and the strategy's options)."
     )
     partitioning: PartitioningSpec
     target: TargetSpec = Field(default_factory=TargetSpec)
@@ -359,6 +369,35 @@ class TableSpec(_Spec):
             )
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _snapshot_time_is_the_watermark(cls, data: object) -> object:
+        # A snapshot has no change column: runs are ordered by the time each was taken.
+        if not isinstance(data, dict) or not _takes_snapshots(data.get("strategy")):
+            return data
+        if data.get("watermark") is not None:
+            raise PydanticCustomError(
+                "snapshot_watermark",
+                "a snapshot table has no watermark: each run reads the whole source and is "
+                "ordered by the time it was taken; remove watermark",
+            )
+        return {**data, "watermark": {"column": SNAPSHOT_AT, "kind": "timestamp"}}
+
+    @model_validator(mode="after")
+    def _strategy_columns(self) -> TableSpec:
+        strategy = self.strategy
+        if isinstance(strategy, Scd2Strategy):
+            reserved = {strategy.valid_from, strategy.valid_to, strategy.is_current}
+            clash = reserved & {*self.keys, self.watermark.column}
+            if clash:
+                raise ValueError(
+                    f"{sorted(clash)}: a key or the watermark cannot be a validity column; "
+                    "rename strategy.valid_from / valid_to / is_current"
+                )
+            if strategy.tracked and set(strategy.tracked) & set(self.keys):
+                raise ValueError("strategy.tracked lists key columns; keys never change")
+        return self
+
     @model_validator(mode="after")
     def _partition_column(self) -> TableSpec:
         if self.partitioning.column is None and not self.watermark.is_time:
@@ -374,9 +413,61 @@ class TableSpec(_Spec):
         return self.partitioning.column or self.watermark.column
 
     @property
+    def row_identity(self) -> list[str]:
+        """What identifies a target row: the keys, and for history tables the version's
+        start."""
+        history = self.history
+        return [*self.keys, history.valid_from] if history else list(self.keys)
+
+    @property
+    def takes_snapshots(self) -> bool:
+        """True when each run reads the source's whole current state (no watermark)."""
+        return self.watermark.column == SNAPSHOT_AT
+
+    @property
+    def history(self) -> Scd2Strategy | None:
+        """The SCD2 settings of a history table, else None."""
+        return self.strategy if isinstance(self.strategy, Scd2Strategy) else None
+
+    @property
+    def change_strategy(self):
+        """How the source delivers rows (for scd2: its ``changes``)."""
+        history = self.history
+        return history.changes if history else self.strategy
+
+    @property
+    def effective_column(self) -> str:
+        """scd2: the timestamp column giving valid_from."""
+        history = self.history
+        if history and history.effective:
+            return history.effective
+        return self.watermark.column if self.watermark.is_time else self.partition_column
+
+    @property
+    def feed(self) -> CdcStrategy | None:
+        """The CDC settings when the source is a change feed (directly or under scd2)."""
+        strategy = self.change_strategy
+        return strategy if isinstance(strategy, CdcStrategy) else None
+
+    @property
     def partitions_cut_watermark(self) -> bool:
         """True when partitions are windows of the watermark column itself."""
         return self.partition_column == self.watermark.column
+
+
+def _takes_snapshots(strategy: object) -> bool:
+    if isinstance(strategy, str):
+        return strategy == "snapshot"
+    if isinstance(strategy, SnapshotStrategy):
+        return True
+    if isinstance(strategy, Scd2Strategy):
+        return isinstance(strategy.changes, SnapshotStrategy)
+    if isinstance(strategy, dict):
+        changes = strategy.get("changes")
+        return strategy.get("kind") == "snapshot" or (
+            strategy.get("kind") == "scd2" and _takes_snapshots(changes)
+        )
+    return False
 
 
 class WarehouseSpec(_Spec):

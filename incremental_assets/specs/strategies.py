@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 
 class _Strategy(BaseModel):
@@ -57,13 +57,87 @@ class CdcStrategy(_Strategy):
         return "__$operation" if self.encoding == "sqlserver" else "op"
 
 
+class SnapshotStrategy(_Strategy):
+    """The source gives its full current state each run and has no change column.
+
+    Each run reads the whole source, stamps it with the time it was taken, and compares it
+    with the target by a hash of the tracked columns: only inserted, changed and vanished
+    rows are written. Vanished rows are removed (hard) or kept with ``is_deleted`` and
+    ``deleted_at`` (soft). The table has no ``watermark``: its cursor is the snapshot time.
+    """
+
+    kind: Literal["snapshot"] = "snapshot"
+    deletes: Literal["hard", "soft"] = "hard"
+    tracked: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="Columns whose change is a change (default: every column). A change "
+        "to other columns alone is not written.",
+    )
+
+
 def _shorthand(value: object) -> object:
     return {"kind": value} if isinstance(value, str) else value
 
 
-StrategySpec = Annotated[
-    Union[AppendStrategy, UpsertStrategy, CdcStrategy],
+ChangesSpec = Annotated[
+    Union[UpsertStrategy, CdcStrategy, SnapshotStrategy],
     BeforeValidator(_shorthand),
     Field(discriminator="kind"),
 ]
-STRATEGY_KINDS = ("append", "upsert", "cdc")
+
+
+class Scd2Strategy(_Strategy):
+    """A history target (SCD type 2): one row per version of a key, with validity columns.
+
+    A change to a tracked column closes the current version and opens a new one; a change
+    to untracked columns only updates the version in place; an unchanged row writes
+    nothing; a delete closes the current version. A change older than the current version
+    is placed in history where it belongs. Every change seen is also kept in a sibling
+    Delta table ``<target>__changes``, so the history of a key is recomputed exactly
+    whatever order its changes arrive in.
+    """
+
+    kind: Literal["scd2"] = "scd2"
+    changes: ChangesSpec = Field(
+        default_factory=UpsertStrategy,
+        description="How the source delivers changes: upsert (new row versions, the "
+        "default), cdc (a change feed with deletes) or snapshot (the full current state).",
+    )
+    tracked: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="Columns whose change opens a new version (default: every column but "
+        "the keys and the effective-time column).",
+    )
+    effective: str | None = Field(
+        default=None,
+        description="Timestamp column that says when a change took effect (valid_from); "
+        "default: the watermark column when it is a timestamp, else partitioning.column.",
+    )
+    valid_from: str = "valid_from"
+    valid_to: str = "valid_to"
+    is_current: str = "is_current"
+
+    @model_validator(mode="after")
+    def _options_of_the_history(self) -> Scd2Strategy:
+        given = self.changes.model_fields_set
+        if "deletes" in given:
+            raise ValueError(
+                "changes.deletes does not apply to scd2: a delete closes the current "
+                "version (the history keeps it); remove changes.deletes"
+            )
+        if "tracked" in given:
+            raise ValueError("set tracked on the scd2 strategy itself, not under changes")
+        names = [self.valid_from, self.valid_to, self.is_current]
+        if len(set(names)) != 3:
+            raise ValueError(f"valid_from, valid_to and is_current must differ; got {names}")
+        return self
+
+
+StrategySpec = Annotated[
+    Union[AppendStrategy, UpsertStrategy, CdcStrategy, SnapshotStrategy, Scd2Strategy],
+    BeforeValidator(_shorthand),
+    Field(discriminator="kind"),
+]
+STRATEGY_KINDS = ("append", "upsert", "cdc", "snapshot", "scd2")
