@@ -76,6 +76,10 @@ class DeltaSourceTable:
     def append(self, table: pa.Table) -> None:
         write_deltalake(self.path, table, mode="append")
 
+    def replace(self, table: pa.Table) -> None:
+        """The source's whole state becomes ``table`` (a snapshot source)."""
+        write_deltalake(self.path, table, mode="overwrite", schema_mode="overwrite")
+
 
 class ParquetFolder:
     """An append-only source: a folder that receives Parquet files."""

@@ -231,9 +231,12 @@ def test_sequence_watermark_reports_gaps_without_failing(spark, tmp_path):
 # --- property test: random histories, random batches, replays, any strategy ----------
 
 
-def history(seed: int, keys: int = 200, events: int = 900) -> list[tuple]:
+def history(
+    seed: int, keys: int = 200, events: int = 900, names: tuple[str, ...] = ()
+) -> list[tuple]:
     """Random changes with unique increasing sequence numbers: inserts, updates, deletes,
-    re-inserts after delete; stamped over four days."""
+    re-inserts after delete; stamped over four days. With ``names`` the value is drawn
+    from them (so an update may leave it unchanged), else unique per event."""
     rng = random.Random(seed)
     alive: dict[int, bool] = {}
     out = []
@@ -242,7 +245,8 @@ def history(seed: int, keys: int = 200, events: int = 900) -> list[tuple]:
         op = rng.choice(["U", "U", "U", "D"]) if alive.get(key) else "I"
         alive[key] = op != "D"
         stamp = at(1) + timedelta(seconds=int(lsn * 4 * 86400 / (events + 1)))
-        out.append((key, f"v{lsn}" if op != "D" else None, op, lsn, stamp))
+        value = rng.choice(names) if names else f"v{lsn}"
+        out.append((key, value if op != "D" else None, op, lsn, stamp))
     return out
 
 

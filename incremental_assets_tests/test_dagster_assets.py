@@ -194,3 +194,33 @@ def test_each_table_gets_daily_or_hourly_partitions_a_job_and_a_schedule(tmp_pat
         "counts_match_table",
     }
     assert asset.metadata_by_key[asset.key]["keys"] == "order_id"
+
+
+HISTORY_YAML = """
+warehouse:
+  root: ./warehouse
+tables:
+  - name: orders
+    source: {format: delta, path: ./source/orders}
+    keys: [order_id]
+    watermark: {column: updated_at, kind: timestamp}
+    strategy: {kind: scd2, tracked: [status]}
+    partitioning: {granularity: daily, start: 2026-01-01}
+"""
+
+
+def test_scd2_table_reports_versions_and_checks_keys_with_valid_from(tmp_path, spark, instance):
+    project = Project(tmp_path, HISTORY_YAML)
+    project.source.upsert([(1, "placed", 1.0, at(1, 5)), (2, "placed", 2.0, at(1, 6))])
+    project.materialize(instance, "2026-01-01")
+    project.source.upsert([(1, "paid", 1.0, at(2, 1)), (2, "placed", 2.5, at(2, 2))])
+
+    result = project.materialize(instance, "2026-01-02")
+
+    meta = metadata_of(result)
+    assert (meta["versions_opened"], meta["versions_closed"]) == (1, 1)
+    assert meta["versions_updated_in_place"] == 1
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks["keys_unique"].passed
+    assert checks["counts_match_table"].passed
+    assert len(DeltaTable(project.target.path).to_pyarrow_table()) == 3

@@ -20,7 +20,7 @@ def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
             KEYS_UNIQUE,
             asset=spec.name,
             blocking=True,
-            description=f"No key ({', '.join(spec.keys)}) appears twice in the target.",
+            description=f"No key ({', '.join(spec.row_identity)}) appears twice in the target.",
         ),
         dg.AssetCheckSpec(
             WATERMARK_MONOTONIC,
@@ -41,7 +41,7 @@ def check_results(
 ) -> list[dg.AssetCheckResult]:
     version = result.delta_version if result.committed else None
     outcomes = {
-        KEYS_UNIQUE: checks.keys_unique(spark, target, spec.keys, written_by=version),
+        KEYS_UNIQUE: checks.keys_unique(spark, target, spec.row_identity, written_by=version),
         WATERMARK_MONOTONIC: checks.watermark_monotonic(target, spec.watermark.kind),
         COUNTS_MATCH: checks.counts_match_table(
             target, version, result.rows_inserted, result.rows_updated, result.rows_deleted

@@ -8,6 +8,18 @@ from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.watermarks import format_value
 
 
+# Staged changes by kind: snapshot diffs, and versions of history (scd2) tables.
+_CHANGE_NAMES = {
+    "insert": "snapshot_inserted",
+    "change": "snapshot_changed",
+    "vanish": "snapshot_vanished",
+    "open": "versions_opened",
+    "close": "versions_closed",
+    "update": "versions_updated_in_place",
+    "remove": "versions_replaced",
+}
+
+
 def load_metadata(result: LoadResult, target_rows: int | None, target_path: str) -> dict:
     metadata: dict[str, object] = {
         "rows_extracted": result.rows_extracted,
@@ -35,6 +47,9 @@ def load_metadata(result: LoadResult, target_rows: int | None, target_path: str)
     if result.gaps is not None:
         metadata["sequence_gaps"] = result.gaps.missing
         metadata["sequence_gap_ranges"] = result.gaps.describe()
+    names = _CHANGE_NAMES
+    for kind, count in result.changes.items():
+        metadata[names.get(kind, f"changes_{kind}")] = count
     if result.new_columns:
         metadata["new_columns"] = ", ".join(result.new_columns)
     if target_rows is not None:

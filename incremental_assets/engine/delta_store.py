@@ -165,7 +165,7 @@ class DeltaTarget:
                 # The table is created empty; the merge below is the commit with the cursor.
                 table = DeltaTable.create(
                     self.path,
-                    schema=dataset.schema.remove(dataset.schema.get_field_index(OP)),
+                    schema=pa.schema([f for f in dataset.schema if f.name in columns]),
                     partition_by=partition_by or None,
                     mode="error",
                     storage_options=self.storage_options or None,
@@ -290,6 +290,36 @@ class Tombstones:
             .execute()
         )
         return deletes.num_rows
+
+    def to_spark(self, spark: SparkSession) -> DataFrame | None:
+        return self.location.to_spark(spark) if self.location.exists() else None
+
+
+class ChangeLog:
+    """Every change a history (scd2) table has seen, in a sibling Delta table
+    ``<target>__changes``: what a key's versions are recomputed from. Appended before the
+    target's commit; a run that dies in between re-reads the same window, finds its changes
+    logged, and recomputes the same versions, so the log never holds a change twice."""
+
+    def __init__(self, target: DeltaTarget):
+        self.location = DeltaTarget(
+            f"{target.table_name}__changes",
+            f"{target.path.rstrip('/')}__changes",
+            target.storage_options,
+        )
+
+    def append(self, staged_path: str) -> int:
+        dataset = pads.dataset(staged_path, format="parquet")
+        rows = dataset.count_rows()
+        if rows:
+            write_deltalake(
+                self.location.path,
+                dataset.scanner().to_reader(),
+                mode="append",
+                schema_mode="merge",
+                storage_options=self.location.storage_options or None,
+            )
+        return rows
 
     def to_spark(self, spark: SparkSession) -> DataFrame | None:
         return self.location.to_spark(spark) if self.location.exists() else None

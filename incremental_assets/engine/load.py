@@ -13,14 +13,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from incremental_assets.engine import changes, predicates, transforms, validation
+from incremental_assets.engine import changes, history, predicates, transforms, validation
 from incremental_assets.engine.delta_store import (
+    ChangeLog,
     CommitResult,
     DeltaTarget,
     TargetState,
@@ -29,8 +31,9 @@ from incremental_assets.engine.delta_store import (
 from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.gaps import Gaps, sequence_gaps
+from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source, open_source
-from incremental_assets.engine.strategies import merge_plan
+from incremental_assets.engine.strategies import MergePlan, merge_plan
 from incremental_assets.engine.watermarks import (
     WatermarkValue,
     format_value,
@@ -38,9 +41,16 @@ from incremental_assets.engine.watermarks import (
     lag_seconds,
     parse_value,
 )
-from incremental_assets.engine.windows import LoadRequest, Window, WindowPolicy, plan_window
+from incremental_assets.engine.windows import (
+    LoadRequest,
+    Window,
+    WindowPolicy,
+    plan_window,
+    snapshot_window,
+)
 from incremental_assets.specs import TableSpec
-from incremental_assets.specs.strategies import CdcStrategy
+from incremental_assets.specs.models import SNAPSHOT_AT
+from incremental_assets.specs.strategies import CdcStrategy, SnapshotStrategy
 
 Hook = Callable[[str], None]
 
@@ -69,13 +79,21 @@ class LoadResult:
     new_columns: tuple[str, ...] = ()
     source: str = ""
     gaps: Gaps | None = None
+    # Snapshot and history tables: staged change rows by kind (insert/change/vanish, or
+    # open/close/update/remove versions) and the rows that needed no write.
+    changes: dict[str, int] = field(default_factory=dict)
+    unchanged: int | None = None
 
     @property
     def rows_unchanged(self) -> int:
+        if self.unchanged is not None:
+            return self.unchanged
         return self.rows_staged - self.rows_inserted - self.rows_updated
 
     @property
     def duplicates_in_batch(self) -> int:
+        if self.unchanged is not None:
+            return 0
         return self.rows_extracted - self.rows_staged
 
 
@@ -129,15 +147,18 @@ def run_load(
         validation.check_source_columns(spec, source.read([]).transform(_shape(spec)).schema)
         state = target.state(spec.watermark.kind)
         clock = source.clock()
-        window = plan_window(
-            window_policy(spec),
-            state.cursor,
-            request,
-            clock,
-            partition_high_water=_partition_high_water(state),
-        )
-        _fail_on_null_watermarks(spec, source)
-        window = window.with_high_water(_high_water(spec, source, window))
+        if spec.takes_snapshots:
+            window = snapshot_window(spec.name, state.cursor, request, clock, _last_end(state))
+        else:
+            window = plan_window(
+                window_policy(spec),
+                state.cursor,
+                request,
+                clock,
+                partition_high_water=_partition_high_water(state),
+            )
+            _fail_on_null_watermarks(spec, source)
+            window = window.with_high_water(_high_water(spec, source, window))
     hook("probed")
 
     if window.is_empty:
@@ -146,14 +167,19 @@ def run_load(
     stage_root = tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir)
     try:
         with phase("extract"):
-            increment, observation, new_columns = _increment(
-                spec, source, window, state, _tombstones(spark, spec, target)
-            )
             staged_path = f"{stage_root}/increment"
-            increment.write.mode("overwrite").parquet(staged_path)
-            observed = observation.get
-            _fail_on_null_keys(spec, observed)
-            _fail_on_unknown_operations(spec, observed)
+            if spec.history:
+                observed, new_columns, logged_path = _stage_history(
+                    spark, spec, source, window, state, target, stage_root
+                )
+            else:
+                logged_path = None
+                increment, observation, new_columns = _increment(
+                    spark, spec, source, window, state, target, stage_root
+                )
+                increment.write.mode("overwrite").parquet(staged_path)
+                observed = observation.get
+                _fail_on_bad_rows(spec, observed)
             rows_extracted = int(observed["rows"])
             partition_high_water = _later(
                 _partition_high_water(state),
@@ -162,26 +188,25 @@ def run_load(
                 else None,
             )
             rows_staged = _count_staged(staged_path)
+            change_counts = _change_counts(spec, staged_path)
             gaps = _gaps(spec, window, staged_path)
         hook("staged")
         crash_point("after_extract")
 
         with phase("commit"):
+            if logged_path:
+                ChangeLog(target).append(logged_path)
             commit = target.commit(
                 state,
                 staged_path,
-                merge_plan(
-                    spec.strategy.kind,
-                    spec.keys,
-                    spec.watermark.column,
-                    getattr(spec.strategy, "deletes", "hard"),
-                ),
+                _merge_plan(spec),
                 kind=spec.watermark.kind,
                 cursor_before=window.cursor_before,
                 cursor_after=window.cursor_after,
                 metadata={
                     "run_id": request.run_id,
                     "partition": request.partition_label,
+                    "partition_end": format_value(request.partition_end),
                     "mode": window.mode,
                     "window": window.describe(),
                     "cursor_before": format_value(window.cursor_before),
@@ -191,6 +216,7 @@ def run_load(
                     "rows_staged": rows_staged,
                     "partition_high_water": format_value(partition_high_water),
                     **({"sequence_gaps": gaps.missing} if gaps else {}),
+                    **({f"changes.{k}": v for k, v in change_counts.items()}),
                 },
                 partition_by=list(spec.target.partition_by),
                 add_new_columns=spec.on_schema_change == "append_new_columns",
@@ -213,7 +239,50 @@ def run_load(
         started,
         new_columns=tuple(new_columns),
         gaps=gaps,
+        changes=change_counts,
+        unchanged=_unchanged(spec, rows_extracted, change_counts),
     )
+
+
+def _merge_plan(spec: TableSpec) -> MergePlan:
+    history = spec.history
+    return merge_plan(
+        spec.strategy.kind,
+        spec.keys,
+        spec.watermark.column,
+        getattr(spec.strategy, "deletes", "hard"),
+        valid_from=history.valid_from if history else None,
+    )
+
+
+def _change_counts(spec: TableSpec, staged_path: str) -> dict[str, int]:
+    """Staged rows per kind of change, for snapshot and history tables."""
+    if not (spec.takes_snapshots or spec.history):
+        return {}
+    kinds = pads.dataset(staged_path, format="parquet").to_table(columns=[CHANGE]).column(0)
+    counts = {str(v["values"]): int(v["counts"]) for v in kinds.value_counts().to_pylist()}
+    names = ("open", "close", "update", "remove") if spec.history else SNAPSHOT_KINDS
+    return {name: counts.get(name, 0) for name in names}
+
+
+SNAPSHOT_KINDS = ("insert", "change", "vanish")
+
+
+def _unchanged(spec: TableSpec, extracted: int, counts: dict[str, int]) -> int | None:
+    """Snapshot rows that matched the target exactly (history tables: events that changed
+    no version are not counted per row, so None)."""
+    if not spec.takes_snapshots or spec.history:
+        return None
+    return max(extracted - counts.get("insert", 0) - counts.get("change", 0), 0)
+
+
+def _last_end(state: TargetState) -> datetime | None:
+    text = state.last_load.get("partition_end")
+    if not text or text == "-":
+        return None
+    value = parse_value(text, "timestamp")
+    assert isinstance(value, datetime)
+    return value
 
 
 def _gaps(spec: TableSpec, window: Window, staged_path: str) -> Gaps | None:
@@ -247,26 +316,46 @@ def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkVal
     return source.high_water(part, spec.watermark.kind, spec.watermark.max_rows)
 
 
-def _shape(spec: TableSpec):
-    """The strategy's reshaping of raw source rows (CDC feeds become rows plus an op)."""
-    if isinstance(spec.strategy, CdcStrategy):
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _shape(spec: TableSpec, taken_at: datetime | None = None):
+    """The strategy's reshaping of raw source rows: CDC feeds become rows plus an op, a
+    snapshot's rows are stamped with the time it was taken."""
+    feed = spec.feed
+    if feed is not None:
         keep = (spec.watermark.column, spec.partition_column)
-        return changes.normalize(spec.name, spec.strategy, keep)
+        return changes.normalize(spec.name, feed, keep)
+    if spec.takes_snapshots:
+        stamp = F.lit(taken_at or _EPOCH).cast("timestamp")
+        return lambda df: df.withColumn(SNAPSHOT_AT, stamp)
     return lambda df: df
 
 
-def prepared_rows(spec: TableSpec):
+def _hash_excludes(spec: TableSpec, columns: list[str]) -> tuple[str, ...]:
+    """Columns the row hash ignores: a snapshot's time (the same row in two snapshots is
+    unchanged), and a snapshot table's untracked columns."""
+    if not spec.takes_snapshots:
+        return ()
+    tracked = spec.strategy.tracked if isinstance(spec.strategy, SnapshotStrategy) else None
+    if tracked is None:
+        return (SNAPSHOT_AT,)
+    keep = {*spec.keys, *tracked}
+    return tuple(c for c in columns if c not in keep)
+
+
+def prepared_rows(spec: TableSpec, taken_at: datetime | None = None):
     """Raw source rows as the loader lands them: reshaped by the strategy, timestamps as UTC
     instants, keys and watermark first, the row hash, and soft-delete flags for CDC tables
     that keep deleted rows (added after the hash, so a replay hashes the same)."""
 
     def transform(df: DataFrame) -> DataFrame:
         df = (
-            df.transform(_shape(spec))
+            df.transform(_shape(spec, taken_at))
             .transform(transforms.to_utc_instants(spec.source.timezone))
             .transform(transforms.ordered_columns(spec.keys, spec.watermark.column))
-            .transform(transforms.with_row_hash())
         )
+        df = df.transform(transforms.with_row_hash(_hash_excludes(spec, df.columns)))
         if isinstance(spec.strategy, CdcStrategy) and spec.strategy.deletes == "soft":
             df = df.transform(changes.soft_delete_columns(spec.partition_column))
         return df
@@ -280,46 +369,171 @@ def _tombstones(spark: SparkSession, spec: TableSpec, target: DeltaTarget) -> Da
     return None
 
 
-def _increment(
-    spec: TableSpec,
-    source: Source,
-    window: Window,
-    state: TargetState,
-    tombstones: DataFrame | None = None,
-) -> tuple[DataFrame, Observation, list[str]]:
+def _window_rows(spec: TableSpec, source: Source, window: Window) -> DataFrame:
+    """The source rows of the window, prepared (a snapshot: every row, stamped)."""
+    if spec.takes_snapshots:
+        assert isinstance(window.high_water, datetime)
+        prepared = source.read().transform(prepared_rows(spec, window.high_water))
+        # A snapshot should hold a key once; if not, one version wins by content hash.
+        return prepared.transform(transforms.newest_per_key(spec.keys, SNAPSHOT_AT))
     wm, part_col = spec.watermark.column, spec.partition_column
     parts = predicates.window_parts(window, wm, part_col, spec.watermark.tiebreak)
     types = {f.name: f.dataType for f in source.schema.fields}
     zone = spec.source.timezone
     raw = source.read(predicates.to_source_ranges(parts, types, zone))
-    normalized = (
+    return (
         raw.filter(predicates.to_source_filter(parts, types, zone))
         .transform(prepared_rows(spec))
         .filter(predicates.to_filter(parts))
     )
-    cdc = isinstance(spec.strategy, CdcStrategy)
-    new_columns: list[str] = []
-    if state.schema is not None:
-        incoming = normalized.drop(changes.OP) if cdc else normalized
-        new_columns = validation.check_against_target(spec, incoming.schema, state.schema)
+
+
+def _observed(spec: TableSpec, rows: DataFrame) -> tuple[DataFrame, Observation]:
+    """Count rows, null keys, unknown CDC operations and the partition column's maximum as
+    the rows are written (no second pass over the source)."""
     observation = Observation(f"extract_{spec.name}")
-    observed = normalized.observe(
+    checked = [*spec.keys, *([spec.effective_column] if spec.history else [])]
+    observed = rows.observe(
         observation,
         F.count(F.lit(1)).alias("rows"),
-        *[transforms.null_count(k).alias(f"null:{k}") for k in spec.keys],
-        F.max(F.unix_micros(F.col(transforms.quote(part_col)))).alias("pc_max"),
-        *([transforms.null_count(changes.OP).alias("unknown_ops")] if cdc else []),
+        *[transforms.null_count(k).alias(f"null:{k}") for k in dict.fromkeys(checked)],
+        F.max(F.unix_micros(F.col(transforms.quote(spec.partition_column)))).alias("pc_max"),
+        *([transforms.null_count(changes.OP).alias("unknown_ops")] if spec.feed else []),
     )
-    # Range-partition by key (one shuffle serves both the per-key window and the layout):
-    # each staged file, and so each file the merge writes, covers a narrow key range, which
-    # is what lets later merges skip target files by their statistics.
+    return observed, observation
+
+
+def _increment(
+    spark: SparkSession,
+    spec: TableSpec,
+    source: Source,
+    window: Window,
+    state: TargetState,
+    target: DeltaTarget,
+    stage_root: str,
+) -> tuple[DataFrame, Observation, list[str]]:
+    wm = spec.watermark.column
+    rows, observation = _observed(spec, _window_rows(spec, source, window))
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-    increment = observed.repartitionByRange(*key_columns).transform(
-        transforms.newest_per_key(spec.keys, wm)
-    )
-    if tombstones is not None:
-        increment = _not_older_than_tombstones(increment, tombstones, spec.keys, wm)
+    if spec.takes_snapshots:
+        # The diff reads the snapshot twice (changed rows, vanished keys): stage it once.
+        rows.write.mode("overwrite").parquet(f"{stage_root}/snapshot")
+        snapshot = spark.read.parquet(f"{stage_root}/snapshot")
+        increment = _snapshot_diff(spark, spec, snapshot, state, target, window.high_water)
+    else:
+        # Range-partition by key (one shuffle serves both the per-key window and the
+        # layout): each staged file, and so each file the merge writes, covers a narrow key
+        # range, which is what lets later merges skip target files by their statistics.
+        increment = rows.repartitionByRange(*key_columns).transform(
+            transforms.newest_per_key(spec.keys, wm)
+        )
+        tombstones = _tombstones(spark, spec, target)
+        if tombstones is not None:
+            increment = _not_older_than_tombstones(increment, tombstones, spec.keys, wm)
+    new_columns: list[str] = []
+    if state.schema is not None:
+        incoming = increment.drop(changes.OP, CHANGE)
+        new_columns = validation.check_against_target(spec, incoming.schema, state.schema)
     return increment.sortWithinPartitions(*key_columns), observation, new_columns
+
+
+def _snapshot_diff(
+    spark: SparkSession,
+    spec: TableSpec,
+    snapshot: DataFrame,
+    state: TargetState,
+    target: DeltaTarget,
+    taken_at: object,
+) -> DataFrame:
+    assert isinstance(spec.strategy, SnapshotStrategy) and isinstance(taken_at, datetime)
+    soft = spec.strategy.deletes == "soft"
+    current = target.to_spark(spark) if state.exists else None
+    diff = snapshot_changes(
+        snapshot,
+        current,
+        spec.keys,
+        SNAPSHOT_AT,
+        taken_at,
+        deleted_column=changes.IS_DELETED if soft else None,
+    )
+    if soft:
+        diff = diff.transform(changes.soft_delete_columns(SNAPSHOT_AT))
+    return diff.repartitionByRange(*[F.col(transforms.quote(k)) for k in spec.keys])
+
+
+def _stage_history(
+    spark: SparkSession,
+    spec: TableSpec,
+    source: Source,
+    window: Window,
+    state: TargetState,
+    target: DeltaTarget,
+    stage_root: str,
+) -> tuple[dict, list[str], str]:
+    """Stage a history (scd2) table's run in two steps: the window's change events, then,
+    from them, the versions to write (``increment``) and the events new to the change log.
+    Returns the observed counts, new columns and the path of the new events."""
+    scd2 = spec.history
+    assert scd2 is not None
+    rows = _window_rows(spec, source, window)
+    stored = target.to_spark(spark) if state.exists else None
+    if spec.takes_snapshots:
+        current = None
+        if stored is not None:
+            live = stored.filter(F.col(transforms.quote(scd2.is_current)))
+            current = live.drop(scd2.valid_from, scd2.valid_to, scd2.is_current)
+        assert isinstance(window.high_water, datetime)
+        rows = snapshot_changes(rows, current, spec.keys, SNAPSHOT_AT, window.high_water)
+        rows = rows.drop(CHANGE)
+    elif changes.OP not in rows.columns:
+        rows = rows.withColumn(changes.OP, F.lit("U"))
+    new_columns: list[str] = []
+    if state.schema is not None:
+        validity = {scd2.valid_from, scd2.valid_to, scd2.is_current}
+        held = StructType([f for f in state.schema.fields if f.name not in validity])
+        new_columns = validation.check_against_target(spec, rows.drop(changes.OP).schema, held)
+    observed_rows, observation = _observed(spec, rows)
+    events_path = f"{stage_root}/events"
+    observed_rows.write.mode("overwrite").parquet(events_path)
+    observed = observation.get
+    _fail_on_bad_rows(spec, observed)
+
+    events = spark.read.parquet(events_path)
+    columns = history_columns(spec, events.columns)
+    logged = ChangeLog(target).to_spark(spark)
+    increment, fresh = history.history_changes(events, logged, stored, columns)
+    key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
+    (
+        increment.repartitionByRange(*key_columns)
+        .sortWithinPartitions(*key_columns)
+        .write.mode("overwrite")
+        .parquet(f"{stage_root}/increment")
+    )
+    fresh_path = f"{stage_root}/new_changes"
+    fresh.write.mode("overwrite").parquet(fresh_path)
+    return observed, new_columns, fresh_path
+
+
+def history_columns(spec: TableSpec, columns: list[str]) -> history.HistoryColumns:
+    scd2 = spec.history
+    assert scd2 is not None
+    effective = spec.effective_column
+    untracked = (*spec.keys, effective, spec.watermark.column, spec.partition_column)
+    tracked = tuple(scd2.tracked) if scd2.tracked else history.default_tracked(columns, untracked)
+    return history.HistoryColumns(
+        keys=tuple(spec.keys),
+        effective=effective,
+        order=spec.watermark.column,
+        tracked=tracked,
+        valid_from=scd2.valid_from,
+        valid_to=scd2.valid_to,
+        is_current=scd2.is_current,
+    )
+
+
+def _fail_on_bad_rows(spec: TableSpec, observed: dict) -> None:
+    _fail_on_null_keys(spec, observed)
+    _fail_on_unknown_operations(spec, observed)
 
 
 def _not_older_than_tombstones(
@@ -337,12 +551,13 @@ def _not_older_than_tombstones(
 def _fail_on_unknown_operations(spec: TableSpec, observed: dict) -> None:
     unknown = int(observed.get("unknown_ops") or 0)
     if unknown:
-        assert isinstance(spec.strategy, CdcStrategy)
+        feed = spec.feed
+        assert feed is not None
         raise IncrementalLoadError(
             spec.name,
             f"{unknown} change rows carry an operation code that is not one of "
-            f"{changes.EXPECTED[spec.strategy.encoding]} (column "
-            f"'{spec.strategy.operation_column}', encoding '{spec.strategy.encoding}').",
+            f"{changes.EXPECTED[feed.encoding]} (column "
+            f"'{feed.operation_column}', encoding '{feed.encoding}').",
             "correct strategy.encoding / strategy.operation, or fix the feed",
         )
 
@@ -369,6 +584,14 @@ def _fail_on_null_keys(spec: TableSpec, observed: dict) -> None:
             counts,
             "fill the key columns in the source, or choose keys that are never null",
         )
+    effective = spec.effective_column if spec.history else None
+    if effective and observed.get(f"null:{effective}"):
+        raise NullValuesError(
+            spec.name,
+            {effective: int(observed[f"null:{effective}"])},
+            f"fill '{effective}' (the time a change took effect), or set "
+            "strategy.effective to a column that is never null",
+        )
 
 
 def _count_staged(path: str) -> int:
@@ -388,6 +611,8 @@ def _result(
     started: float,
     new_columns: tuple[str, ...] = (),
     gaps: Gaps | None = None,
+    changes: dict[str, int] | None = None,
+    unchanged: int | None = None,
 ) -> LoadResult:
     phase.seconds["total"] = round(time.perf_counter() - started, 3)
     committed = bool(commit and commit.committed)
@@ -413,4 +638,6 @@ def _result(
         new_columns=new_columns,
         source=source.describe(),
         gaps=gaps,
+        changes=dict(changes or {}),
+        unchanged=unchanged,
     )

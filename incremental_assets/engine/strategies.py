@@ -13,6 +13,11 @@ backfill or loading windows out of order converges to the same table:
   hard (the row is removed; a tombstone kept beside the table stops older changes from
   bringing it back) or soft (``is_deleted``/``deleted_at``, with the delete's own values;
   the row itself is the tombstone).
+- ``snapshot``: a snapshot diffed against the target (``engine.snapshots``) lands as a CDC
+  change set ordered by the snapshot time.
+- ``scd2``: the versions of touched keys, recomputed (``engine.history``), are matched by
+  key and ``valid_from``: written where they differ, removed where history no longer has
+  them.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from typing import Literal
 from deltalake.table import TableMerger
 
 from incremental_assets.engine.changes import OP
+from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.transforms import ROW_HASH, quote
 
-Strategy = Literal["append", "upsert", "cdc"]
+Strategy = Literal["append", "upsert", "cdc", "snapshot", "scd2"]
 Deletes = Literal["hard", "soft"]
 
 
@@ -48,15 +54,25 @@ class MergePlan:
 
     @property
     def writes_by_merge_only(self) -> bool:
-        """CDC increments hold delete rows: even a first load must go through the merge."""
-        return self.strategy == "cdc"
+        """Change sets hold delete rows: even a first load must go through the merge."""
+        return bool(self.staged_only_columns)
 
     @property
     def staged_only_columns(self) -> tuple[str, ...]:
-        return (OP,) if self.strategy == "cdc" else ()
+        if self.strategy == "cdc":
+            return (OP,)
+        if self.strategy in ("snapshot", "scd2"):
+            return (OP, CHANGE)
+        return ()
 
     def apply(self, merger: TableMerger, columns: Sequence[str]) -> TableMerger:
         every = {c: f"s.{quote(c)}" for c in columns}
+        if self.strategy == "scd2":
+            return (
+                merger.when_matched_delete(predicate=f"s.{OP} = 'D'")
+                .when_matched_update(updates=every, predicate=f"s.{OP} = 'U'")
+                .when_not_matched_insert(updates=every, predicate=f"s.{OP} = 'U'")
+            )
         if self.strategy == "append":
             return merger.when_not_matched_insert_all()
         if self.strategy == "upsert":
@@ -79,9 +95,15 @@ class MergePlan:
 
 
 def merge_plan(
-    strategy: Strategy, keys: Sequence[str], watermark: str, deletes: Deletes = "hard"
+    strategy: Strategy,
+    keys: Sequence[str],
+    watermark: str,
+    deletes: Deletes = "hard",
+    valid_from: str | None = None,
 ) -> MergePlan:
-    predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    """``valid_from``: for scd2, the column that, with the keys, identifies a version."""
+    identity = [*keys, valid_from] if strategy == "scd2" and valid_from else list(keys)
+    predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in identity)
     wm, h = quote(watermark), quote(ROW_HASH)
     newer = f"s.{wm} > t.{wm} OR (s.{wm} = t.{wm} AND s.{h} > t.{h})"
     return MergePlan(

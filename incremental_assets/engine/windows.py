@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
+from incremental_assets.engine.errors import IncrementalLoadError
 from incremental_assets.engine.watermarks import (
     ID_MAX,
     WatermarkKind,
@@ -36,7 +37,7 @@ from incremental_assets.engine.watermarks import (
 
 _MICRO = timedelta(microseconds=1)
 
-Mode = Literal["incremental", "backfill", "backfill+incremental"]
+Mode = Literal["incremental", "backfill", "backfill+incremental", "snapshot"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,8 @@ class Window:
     def describe(self) -> str:
         from incremental_assets.engine.watermarks import format_value
 
+        if self.mode == "snapshot":
+            return f"whole source, snapshot taken at {format_value(self.high_water)}"
         parts = []
         if self.reads_incremental:
             parts.append(f"watermark in ({format_value(self.lower)}, {format_value(self.upper)}]")
@@ -182,4 +185,41 @@ def plan_window(
         lower=lower,
         cap=cap,
         backfill_range=(start, end) if backfill else None,
+    )
+
+
+def snapshot_window(
+    table: str,
+    cursor: WatermarkValue | None,
+    request: LoadRequest,
+    source_clock: datetime,
+    last_partition_end: datetime | None,
+) -> Window:
+    """A snapshot table's run: the source's whole current state, taken now.
+
+    The cursor is the time the snapshot was taken. A snapshot source only has its present
+    state, so a partition older than the one the last snapshot was taken for cannot be
+    rebuilt: such a run is refused rather than labelling today's state with a past day.
+    """
+    if last_partition_end is not None and request.partition_end < last_partition_end:
+        raise IncrementalLoadError(
+            table,
+            "this table takes snapshots of its source's current state, which cannot be "
+            f"rebuilt for partition {request.partition_label or request.partition_start} "
+            f"(older than the partition of the last snapshot, ending "
+            f"{last_partition_end.isoformat()}).",
+            "materialize the latest partition; a backfill of a snapshot table cannot "
+            "recover past states",
+        )
+    taken_at = to_utc(source_clock)
+    if isinstance(cursor, datetime) and taken_at <= cursor:
+        taken_at = cursor + _MICRO  # the clock went back: keep snapshot times increasing
+    return Window(
+        mode="snapshot",
+        cursor_before=cursor,
+        incremental=True,
+        lower=None,
+        cap=None,
+        backfill_range=None,
+        high_water=taken_at,
     )

@@ -1,0 +1,175 @@
+"""SCD type 2: the versions of each key, recomputed from every change seen for it.
+
+A history target holds one row per version of a key with ``valid_from``, ``valid_to``
+(exclusive; null while current) and ``is_current``. Versions are derived from change
+events (a row's values at an effective time, or a delete):
+
+- events of a key are ordered by their effective time; at one effective time one event
+  stands (a delete first, then the highest watermark, then the highest row hash);
+- consecutive events with the same tracked values form one version, which holds the
+  values of its newest event (so a change to untracked columns updates it in place);
+- a version ends where the next version or a delete begins.
+
+Every change is also appended to a log beside the target (``<target>__changes``). A run
+recomputes the history of the keys it touches from their logged events plus its own, and
+stages only the versions that differ from what the target holds: a late change lands in
+history where it belongs, a replay writes nothing, and any arrival order converges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from incremental_assets.engine.changes import OP
+from incremental_assets.engine.snapshots import CHANGE
+from incremental_assets.engine.transforms import ROW_HASH, quote
+
+_DELETE, _GROUP, _STATE = "_ia_is_delete", "_ia_group", "_ia_state"
+
+
+@dataclass(frozen=True)
+class HistoryColumns:
+    keys: tuple[str, ...]
+    effective: str  # timestamp that places a change in history (valid_from)
+    order: str  # the watermark: orders events that share an effective time
+    tracked: tuple[str, ...]
+    valid_from: str = "valid_from"
+    valid_to: str = "valid_to"
+    is_current: str = "is_current"
+
+    @property
+    def validity(self) -> tuple[str, str, str]:
+        return (self.valid_from, self.valid_to, self.is_current)
+
+    @property
+    def identity(self) -> list[str]:
+        """What identifies a version: the keys and its start."""
+        return [*self.keys, self.valid_from]
+
+
+def default_tracked(columns: Sequence[str], untracked: Sequence[str]) -> tuple[str, ...]:
+    """Every business column but ``untracked`` (keys and the columns that change with every
+    event: the effective time, watermark and partition column) and the loader's own."""
+    skip = {*untracked, OP, CHANGE, ROW_HASH}
+    return tuple(c for c in columns if c not in skip and not c.startswith("_ia_"))
+
+
+def history_changes(
+    events: DataFrame,
+    logged: DataFrame | None,
+    stored: DataFrame | None,
+    columns: HistoryColumns,
+) -> tuple[DataFrame, DataFrame]:
+    """The staged change set for the target, and the events new to the log.
+
+    ``events`` are this run's change rows (business columns, ``_ia_row_hash``, ``_ia_op``);
+    ``logged`` the change log and ``stored`` the target's rows (None when absent). The
+    change set holds the target's columns plus ``_ia_op`` ('U' write the version, 'D'
+    remove it) and ``_ia_change`` (open, close, update, remove).
+    """
+    keys = list(columns.keys)
+    touched = events.select(*keys).distinct()
+    event_id = [*keys, ROW_HASH, OP]
+    fresh = events.dropDuplicates(event_id)
+    if logged is not None:
+        known = logged.join(touched, on=keys, how="left_semi")
+        fresh = fresh.join(known.select(*event_id), on=event_id, how="left_anti")
+        every = known.unionByName(fresh, allowMissingColumns=True)
+    else:
+        every = fresh
+    recomputed = versions(every, columns)
+    held = stored.join(touched, on=keys, how="left_semi") if stored is not None else None
+    return _difference(recomputed, held, columns), fresh
+
+
+def versions(events: DataFrame, columns: HistoryColumns) -> DataFrame:
+    """The history the events imply: business columns, row hash and validity columns."""
+    keys = [F.col(quote(k)) for k in columns.keys]
+    effective, order = F.col(quote(columns.effective)), F.col(quote(columns.order))
+    is_delete = F.col(OP) == "D"
+    same_time = Window.partitionBy(*keys, effective).orderBy(
+        F.col(_DELETE).desc(), order.desc(), F.col(ROW_HASH).desc()
+    )
+    tracked = F.xxhash64(F.to_json(F.struct(*[F.col(quote(c)) for c in columns.tracked])))
+    state = F.when(F.col(_DELETE), F.lit("D")).otherwise(tracked.cast("string"))
+    by_time = Window.partitionBy(*keys).orderBy(effective)
+    previous = F.lag(F.col(_STATE)).over(by_time)
+    starts = (previous.isNull() | (previous != F.col(_STATE))).cast("int")
+    running = by_time.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    staged = (
+        events.withColumn(_DELETE, is_delete)
+        .withColumn("_ia_rank", F.row_number().over(same_time))
+        .filter(F.col("_ia_rank") == 1)
+        .withColumn(_STATE, state)
+        .withColumn("_ia_start", starts)
+        .withColumn(_GROUP, F.sum("_ia_start").over(running))
+    )
+    values = [c for c in events.columns if c not in (*columns.keys, OP)]
+    newest = F.max_by(
+        F.struct(*[F.col(quote(c)) for c in values]),
+        F.struct(effective, order, F.col(ROW_HASH)),
+    )
+    grouped = staged.groupBy(*keys, F.col(_GROUP)).agg(
+        F.min(effective).alias(columns.valid_from),
+        F.max(F.col(_DELETE)).alias(_DELETE),
+        newest.alias("_ia_values"),
+    )
+    next_start = F.lead(F.col(quote(columns.valid_from))).over(
+        Window.partitionBy(*keys).orderBy(F.col(quote(columns.valid_from)))
+    )
+    return (
+        grouped.withColumn(columns.valid_to, next_start)
+        .filter(~F.col(_DELETE))
+        .select(
+            *keys,
+            *[F.col("_ia_values").getField(c).alias(c) for c in values],
+            F.col(quote(columns.valid_from)),
+            F.col(quote(columns.valid_to)),
+            F.col(quote(columns.valid_to)).isNull().alias(columns.is_current),
+        )
+    )
+
+
+def _difference(
+    recomputed: DataFrame, stored: DataFrame | None, columns: HistoryColumns
+) -> DataFrame:
+    if stored is None:
+        return recomputed.withColumn(OP, F.lit("U")).withColumn(CHANGE, F.lit("open"))
+    identity = columns.identity
+    held = stored.select(
+        *identity,
+        F.col(quote(columns.valid_to)).alias("_ia_held_to"),
+        F.col(ROW_HASH).alias("_ia_held_hash"),
+        F.lit(True).alias("_ia_held"),
+    )
+    joined = recomputed.join(held, on=identity, how="left")
+    unchanged = (
+        F.col("_ia_held").isNotNull()
+        & (F.col("_ia_held_hash") == F.col(ROW_HASH))
+        & F.col("_ia_held_to").eqNullSafe(F.col(quote(columns.valid_to)))
+    )
+    written = (
+        joined.filter(~unchanged)
+        .withColumn(OP, F.lit("U"))
+        .withColumn(CHANGE, _kind_of_write(columns))
+        .drop("_ia_held_to", "_ia_held_hash", "_ia_held")
+    )
+    removed = (
+        stored.join(recomputed.select(*identity), on=identity, how="left_anti")
+        .withColumn(OP, F.lit("D"))
+        .withColumn(CHANGE, F.lit("remove"))
+    )
+    return written.unionByName(removed, allowMissingColumns=True).select(*written.columns)
+
+
+def _kind_of_write(columns: HistoryColumns) -> Column:
+    closes = F.col(quote(columns.valid_to)).isNotNull() & F.col("_ia_held_to").isNull()
+    return (
+        F.when(F.col("_ia_held").isNull(), F.lit("open"))
+        .when(closes, F.lit("close"))
+        .otherwise(F.lit("update"))
+    )

@@ -1,0 +1,135 @@
+"""Snapshot diff (strategy snapshot): a source without a change column, read whole each run."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.engine import DeltaTarget, IncrementalLoadError
+from incremental_assets.engine.reload import differences
+from incremental_assets.specs.models import SNAPSHOT_AT
+from incremental_assets_tests.conftest import DeltaSourceTable, load, make_spec
+from incremental_assets_tests.test_cdc import rows
+
+PRODUCTS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("price", pa.float64())])
+
+
+def products(*rows) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(PRODUCTS.names, r, strict=True)) for r in rows], PRODUCTS)
+
+
+def snapshot_spec(path: str, **strategy):
+    return make_spec(path, keys=["id"], watermark=None, strategy={"kind": "snapshot", **strategy})
+
+
+@pytest.fixture
+def source(tmp_path) -> DeltaSourceTable:
+    return DeltaSourceTable(tmp_path / "source")
+
+
+def test_only_inserted_changed_and_vanished_rows_are_written_and_counted(spark, source, tmp_path):
+    spec = snapshot_spec(source.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(products((1, "pen", 1.0), (2, "ink", 2.0), (3, "pad", 3.0), (4, "cap", 4.0)))
+    first = load(spark, spec, target, 1)
+    source.replace(products((1, "pen", 1.0), (2, "ink", 2.5), (4, "cap", 4.0), (5, "box", 5.0)))
+
+    second = load(spark, spec, target, 2)
+
+    assert rows(target, "id", "name", "price") == [
+        (1, "pen", 1.0),
+        (2, "ink", 2.5),
+        (4, "cap", 4.0),
+        (5, "box", 5.0),
+    ]
+    assert first.changes == {"insert": 4, "change": 0, "vanish": 0}
+    assert second.changes == {"insert": 1, "change": 1, "vanish": 1}
+    assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (1, 1, 1)
+    assert (second.rows_extracted, second.rows_unchanged) == (4, 2)
+    # The unchanged rows keep the time of the snapshot that last changed them.
+    stamps = dict(rows(target, "id", SNAPSHOT_AT))
+    assert stamps[1] == first.cursor_after and stamps[2] == second.cursor_after
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def test_an_unchanged_snapshot_writes_no_data(spark, source, tmp_path):
+    spec = snapshot_spec(source.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(products((1, "pen", 1.0), (2, "ink", 2.0)))
+    load(spark, spec, target, 1)
+    files = set(DeltaTable(target.path).file_uris())
+
+    again = load(spark, spec, target, 1)
+
+    assert again.changes == {"insert": 0, "change": 0, "vanish": 0}
+    assert set(DeltaTable(target.path).file_uris()) == files
+    assert again.cursor_after > again.cursor_before  # the snapshot time is still recorded
+
+
+def test_soft_deletes_flag_vanished_rows_and_revive_them_when_they_return(spark, source, tmp_path):
+    spec = snapshot_spec(source.path, deletes="soft")
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(products((1, "pen", 1.0), (2, "ink", 2.0)))
+    load(spark, spec, target, 1)
+    source.replace(products((1, "pen", 1.0)))
+    gone = load(spark, spec, target, 2)
+    assert rows(target, "id", "is_deleted", "deleted_at") == [
+        (1, False, None),
+        (2, True, gone.cursor_after),
+    ]
+    source.replace(products((1, "pen", 1.0), (2, "ink", 2.0)))
+
+    back = load(spark, spec, target, 3)
+
+    assert rows(target, "id", "name", "is_deleted", "deleted_at") == [
+        (1, "pen", False, None),
+        (2, "ink", False, None),
+    ]
+    assert back.changes == {"insert": 1, "change": 0, "vanish": 0}
+
+
+def test_change_to_an_untracked_column_alone_is_not_written(spark, source, tmp_path):
+    spec = snapshot_spec(source.path, tracked=["price"])
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(products((1, "pen", 1.0), (2, "ink", 2.0)))
+    load(spark, spec, target, 1)
+    source.replace(products((1, "Pen", 1.0), (2, "Ink", 2.2)))
+
+    result = load(spark, spec, target, 2)
+
+    assert result.changes == {"insert": 0, "change": 1, "vanish": 0}
+    assert rows(target, "id", "name", "price") == [(1, "pen", 1.0), (2, "Ink", 2.2)]
+
+
+def test_run_for_a_partition_older_than_the_last_snapshot_is_refused(spark, source, tmp_path):
+    spec = snapshot_spec(source.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(products((1, "pen", 1.0)))
+    load(spark, spec, target, 3)
+    version = DeltaTable(target.path).version()
+    source.replace(products((1, "pen", 9.0)))
+
+    with pytest.raises(IncrementalLoadError, match="cannot be rebuilt"):
+        load(spark, spec, target, 2, backfill=True)
+
+    assert DeltaTable(target.path).version() == version
+    assert rows(target, "id", "price") == [(1, 1.0)]
+
+
+def test_duplicate_keys_in_a_snapshot_keep_one_row(spark, source, tmp_path):
+    spec = snapshot_spec(source.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(products((1, "pen", 1.0), (1, "pen", 1.5), (2, "ink", 2.0)))
+
+    result = load(spark, spec, target, 1)
+
+    assert [r[0] for r in rows(target, "id", "price")] == [1, 2]
+    assert result.rows_inserted == 2
+
+
+def test_snapshot_table_refuses_a_watermark(tmp_path):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="has no watermark"):
+        make_spec(str(tmp_path), strategy="snapshot")
