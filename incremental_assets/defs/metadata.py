@@ -7,7 +7,6 @@ import dagster as dg
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.watermarks import format_value
 
-
 # Staged changes by kind: snapshot diffs, and versions of history (scd2) tables.
 _CHANGE_NAMES = {
     "insert": "snapshot_inserted",
