@@ -320,3 +320,26 @@ def test_random_histories_in_random_batches_with_replays_equal_the_reference(
 
     assert loaded == reference(events, deletes)
     assert rows(target, *columns) == loaded
+
+
+@pytest.mark.parametrize("deletes", ["hard", "soft"])
+def test_new_feed_column_is_added_to_a_cdc_target_with_earlier_rows_null(
+    spark, folder, tmp_path, deletes
+):
+    spec = cdc_spec(folder.path, deletes=deletes).model_copy(
+        update={"on_schema_change": "append_new_columns"}
+    )
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 1))))
+    load(spark, spec, target, 1)
+    wider = FEED.append(pa.field("tier", pa.string()))
+    folder.drop(
+        table_of(wider, [(1, "a2", "U", 3, at(2, 1), "gold"), (2, None, "D", 4, at(2, 2), None)])
+    )
+
+    result = load(spark, spec, target, 2)
+
+    assert result.new_columns == ("tier",)
+    expected = [(1, "a2", "gold")] if deletes == "hard" else [(1, "a2", "gold"), (2, None, None)]
+    assert rows(target, "id", "name", "tier") == expected
+    assert "_ia_op" not in [f.name for f in DeltaTable(target.path).schema().fields]

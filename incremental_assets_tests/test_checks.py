@@ -49,3 +49,43 @@ def test_counts_check_fails_when_reported_counts_disagree_with_the_commit(
     assert (honest.metadata["rows_before"], honest.metadata["rows_after"]) == (10, 11)
     assert not inflated.passed
     assert "inserted: run reports 2, Delta log says 1" in inflated.description
+
+
+def test_history_check_finds_overlapping_versions_and_a_second_current_row(spark, tmp_path):
+    import pyarrow as pa
+
+    from incremental_assets.engine import DeltaTarget
+
+    def versions(*rows):
+        names = ("id", "valid_from", "valid_to", "is_current")
+        schema = pa.schema(
+            [
+                ("id", pa.int64()),
+                ("valid_from", pa.timestamp("us", tz="UTC")),
+                ("valid_to", pa.timestamp("us", tz="UTC")),
+                ("is_current", pa.bool_()),
+            ]
+        )
+        return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], schema)
+
+    good = DeltaTarget("good", str(tmp_path / "good"))
+    write_deltalake(
+        good.path,
+        versions((1, at(1), at(2), False), (1, at(2), None, True), (2, at(1), at(3), False)),
+    )
+    bad = DeltaTarget("bad", str(tmp_path / "bad"))
+    write_deltalake(
+        bad.path,
+        versions(
+            (1, at(1), at(3), False),  # overlaps the next version
+            (1, at(2), None, True),
+            (2, at(1), None, True),  # two open versions of key 2
+            (2, at(2), None, True),
+            (3, at(1), None, False),  # open but not current
+        ),
+    )
+    args = (["id"], "valid_from", "valid_to", "is_current")
+
+    assert checks.history_consistent(spark, good, *args).passed
+    outcome = checks.history_consistent(spark, bad, *args)
+    assert not outcome.passed and outcome.metadata["inconsistent_keys"] == 3

@@ -223,4 +223,5 @@ def test_scd2_table_reports_versions_and_checks_keys_with_valid_from(tmp_path, s
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert checks["keys_unique"].passed
     assert checks["counts_match_table"].passed
+    assert checks["history_consistent"].passed
     assert len(DeltaTable(project.target.path).to_pyarrow_table()) == 3

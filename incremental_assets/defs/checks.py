@@ -14,8 +14,25 @@ WATERMARK_MONOTONIC = "watermark_never_moves_backwards"
 COUNTS_MATCH = "counts_match_table"
 
 
+HISTORY_CONSISTENT = "history_consistent"
+
+
 def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
+    history = (
+        [
+            dg.AssetCheckSpec(
+                HISTORY_CONSISTENT,
+                asset=spec.name,
+                blocking=True,
+                description="Versions of each key do not overlap; only the last is open, "
+                "and it alone is current.",
+            )
+        ]
+        if spec.history
+        else []
+    )
     return [
+        *history,
         dg.AssetCheckSpec(
             KEYS_UNIQUE,
             asset=spec.name,
@@ -47,6 +64,17 @@ def check_results(
             target, version, result.rows_inserted, result.rows_updated, result.rows_deleted
         ),
     }
+    scd2 = spec.history
+    if scd2:
+        outcomes[HISTORY_CONSISTENT] = checks.history_consistent(
+            spark,
+            target,
+            spec.keys,
+            scd2.valid_from,
+            scd2.valid_to,
+            scd2.is_current,
+            written_by=version,
+        )
     return [
         dg.AssetCheckResult(
             check_name=name,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import delta_io
@@ -42,19 +42,7 @@ def keys_unique(
     if not target.exists():
         return CheckOutcome(True, "target does not exist yet", {"duplicate_keys": 0})
     table = target.open()
-    files = delta_io.live_files(table)
-    scope = f"all {files.num_rows} files"
-    selected = None
-    if written_by:
-        before = set(delta_io.live_files(target.open(written_by - 1)).column("path").to_pylist())
-        at_version = delta_io.live_files(target.open(written_by)).to_pylist()
-        added = [row for row in at_version if row["path"] not in before]
-        lows = [row.get(f"min.{keys[0]}") for row in added]
-        highs = [row.get(f"max.{keys[0]}") for row in added]
-        if added and None not in lows + highs:
-            key_range = Range(keys[0], min(lows), True, max(highs), True)
-            selected = delta_io.prune_files(files, [(key_range,)])
-            scope = f"{len(selected)} of {files.num_rows} files (keys written by v{written_by})"
+    selected, scope = _files_of_keys_written(target, table, keys[0], written_by)
     df = delta_io.read_files(spark, table, selected).select(*[F.col(quote(k)) for k in keys])
     dupes = df.groupBy(*df.columns).count().filter(F.col("count") > 1)
     count = dupes.count()
@@ -68,6 +56,66 @@ def keys_unique(
         count == 0,
         description,
         {"duplicate_keys": count, "sample": ", ".join(sample), "scope": scope},
+    )
+
+
+def _files_of_keys_written(
+    target: DeltaTarget, table, key: str, written_by: int | None
+) -> tuple[list[dict] | None, str]:
+    """The live files whose ``key`` range overlaps the files version ``written_by`` added
+    (None: every file), and a description of that scope."""
+    files = delta_io.live_files(table)
+    if written_by:
+        before = set(delta_io.live_files(target.open(written_by - 1)).column("path").to_pylist())
+        at_version = delta_io.live_files(target.open(written_by)).to_pylist()
+        added = [row for row in at_version if row["path"] not in before]
+        lows = [row.get(f"min.{key}") for row in added]
+        highs = [row.get(f"max.{key}") for row in added]
+        if added and None not in lows + highs:
+            key_range = Range(key, min(lows), True, max(highs), True)
+            selected = delta_io.prune_files(files, [(key_range,)])
+            scope = f"{len(selected)} of {files.num_rows} files (keys written by v{written_by})"
+            return selected, scope
+    return None, f"all {files.num_rows} files"
+
+
+def history_consistent(
+    spark: SparkSession,
+    target: DeltaTarget,
+    keys: Sequence[str],
+    valid_from: str,
+    valid_to: str,
+    is_current: str,
+    written_by: int | None = None,
+) -> CheckOutcome:
+    """A history table's versions of each key follow one another without overlap: each
+    version ends at or before the next one starts, only the last may be open, and
+    ``is_current`` is true exactly for an open version (scoped like ``keys_unique``)."""
+    if not target.exists():
+        return CheckOutcome(True, "target does not exist yet", {"inconsistent_keys": 0})
+    table = target.open()
+    selected, scope = _files_of_keys_written(target, table, keys[0], written_by)
+    start, end, current = (F.col(quote(c)) for c in (valid_from, valid_to, is_current))
+    by_start = Window.partitionBy(*[F.col(quote(k)) for k in keys]).orderBy(start)
+    following = F.lead(start).over(by_start)
+    versions = delta_io.read_files(spark, table, selected).select(*keys, start, end, current)
+    broken = (
+        (following.isNotNull() & (end.isNull() | (end > following)))
+        | (end.isNotNull() & (end <= start))
+        | (current != end.isNull())
+    )
+    bad = versions.withColumn("_ia_broken", broken).filter("_ia_broken").select(*keys).distinct()
+    count = bad.count()
+    sample = [str(tuple(r)) for r in bad.limit(5).collect()] if count else []
+    description = (
+        f"versions of every key follow one another ({scope})"
+        if not count
+        else f"{count} keys have overlapping or inconsistent versions ({scope})"
+    )
+    return CheckOutcome(
+        count == 0,
+        description,
+        {"inconsistent_keys": count, "sample": ", ".join(sample), "scope": scope},
     )
 
 

@@ -171,8 +171,6 @@ class DeltaTarget:
                     storage_options=self.storage_options or None,
                 )
             assert table is not None
-            if plan.tombstones and staged_rows:
-                Tombstones(self).record(dataset, plan.keys, plan.watermark)
             metrics: dict[str, Any] = {}
             if staged_rows:
                 merger = table.merge(
@@ -180,7 +178,7 @@ class DeltaTarget:
                     predicate=plan.predicate,
                     source_alias="s",
                     target_alias="t",
-                    merge_schema=add_new_columns and not plan.staged_only_columns,
+                    merge_schema=add_new_columns,
                     streamed_exec=staged_rows > _STREAM_ABOVE_ROWS,
                     commit_properties=properties,
                 )

@@ -1,6 +1,7 @@
 """Crash points for exactly-once tests: a real process kill at a named step of a load.
 
-Set ``INCREMENTAL_ASSETS_CRASH_AT`` to a point name (``after_extract``, ``after_commit``)
+Set ``INCREMENTAL_ASSETS_CRASH_AT`` to a point name (``after_extract``; ``before_commit``,
+after the side tables (tombstones, change log) are written; ``after_commit``)
 and the process kills itself with SIGKILL there: no ``finally`` block, no clean-up, as
 with an out-of-memory kill or a lost machine. Unset (always, outside tests), this is a
 dictionary look-up.
@@ -12,7 +13,7 @@ import os
 import signal
 
 CRASH_ENV = "INCREMENTAL_ASSETS_CRASH_AT"
-POINTS = ("after_extract", "after_commit")
+POINTS = ("after_extract", "before_commit", "after_commit")
 
 
 def crash_point(name: str) -> None:

@@ -194,8 +194,8 @@ def run_load(
         crash_point("after_extract")
 
         with phase("commit"):
-            if logged_path:
-                ChangeLog(target).append(logged_path)
+            _record_beside_target(spec, target, staged_path, logged_path)
+            crash_point("before_commit")
             commit = target.commit(
                 state,
                 staged_path,
@@ -242,6 +242,20 @@ def run_load(
         changes=change_counts,
         unchanged=_unchanged(spec, rows_extracted, change_counts),
     )
+
+
+def _record_beside_target(
+    spec: TableSpec, target: DeltaTarget, staged_path: str, logged_path: str | None
+) -> None:
+    """Side tables are written before the target's commit: hard-delete tombstones, and a
+    history table's new changes. Either, left by a run that died before its commit, is
+    harmless to the re-run (see Tombstones and ChangeLog)."""
+    plan = _merge_plan(spec)
+    if plan.tombstones:
+        staged = pads.dataset(staged_path, format="parquet")
+        Tombstones(target).record(staged, list(plan.keys), plan.watermark)
+    if logged_path:
+        ChangeLog(target).append(logged_path)
 
 
 def _merge_plan(spec: TableSpec) -> MergePlan:
@@ -539,12 +553,18 @@ def _fail_on_bad_rows(spec: TableSpec, observed: dict) -> None:
 def _not_older_than_tombstones(
     increment: DataFrame, tombstones: DataFrame, keys: list[str], watermark: str
 ) -> DataFrame:
-    """Drop changes at or before a key's recorded hard delete: a replayed or late change
-    must not bring a deleted row back. (A delete's own re-delivery is dropped too.)"""
+    """Drop changes older than a key's recorded hard delete: a replayed or late change must
+    not bring a deleted row back. The delete itself passes: its tombstone may have been
+    recorded by a run that died before its commit, and re-applying it is harmless."""
     deleted_at = "_ia_tombstone"
     marks = tombstones.select(*keys, F.col(transforms.quote(watermark)).alias(deleted_at))
     joined = increment.join(marks, on=list(keys), how="left")
-    alive = F.col(deleted_at).isNull() | (F.col(transforms.quote(watermark)) > F.col(deleted_at))
+    wm = F.col(transforms.quote(watermark))
+    alive = (
+        F.col(deleted_at).isNull()
+        | (wm > F.col(deleted_at))
+        | ((wm == F.col(deleted_at)) & (F.col(changes.OP) == "D"))
+    )
     return joined.filter(alive).drop(deleted_at).select(*increment.columns)
 
 
