@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget, NullValuesError
+from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError
 from incremental_assets.engine.reload import differences
 from incremental_assets_tests.conftest import DeltaSourceTable, ParquetFolder, at, load, make_spec
 from incremental_assets_tests.test_cdc import deliver, feed, history, rows
@@ -228,3 +228,28 @@ def test_random_histories_into_scd2_equal_the_reference(spark, tmp_path, seed):
 
     assert loaded == scd2_reference(events)
     assert rows(target, *columns) == loaded
+
+
+@pytest.mark.parametrize(
+    ("events", "error", "says"),
+    [
+        ([(1, "a", "X", 3, at(2, 1))], IncrementalLoadError, "operation code"),
+        ([(None, "a", "U", 3, at(2, 1))], NullValuesError, "id: 1"),
+    ],
+)
+def test_bad_change_rows_fail_and_leave_target_and_change_log_untouched(
+    spark, folder, tmp_path, events, error, says
+):
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(feed((1, "a", "I", 1, at(1, 1))))
+    load(spark, spec, target, 1)
+    log = DeltaTable(f"{target.path}__changes")
+    versions = (DeltaTable(target.path).version(), log.version())
+    folder.drop(feed((2, "b", "I", 2, at(2, 1)), *events))
+
+    with pytest.raises(error, match=says):
+        load(spark, spec, target, 2)
+
+    log.update_incremental()
+    assert (DeltaTable(target.path).version(), log.version()) == versions

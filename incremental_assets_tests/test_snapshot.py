@@ -133,3 +133,20 @@ def test_snapshot_table_refuses_a_watermark(tmp_path):
 
     with pytest.raises(ValidationError, match="has no watermark"):
         make_spec(str(tmp_path), strategy="snapshot")
+
+
+def test_null_key_in_a_snapshot_fails_and_commits_nothing(spark, source, tmp_path):
+    from incremental_assets.engine import NullValuesError
+
+    spec = snapshot_spec(source.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(products((1, "pen", 1.0)))
+    load(spark, spec, target, 1)
+    version = DeltaTable(target.path).version()
+    source.replace(products((1, "pen", 2.0), (None, "ink", 2.0)))
+
+    with pytest.raises(NullValuesError, match="id: 1"):
+        load(spark, spec, target, 2)
+
+    assert DeltaTable(target.path).version() == version
+    assert rows(target, "id", "price") == [(1, 1.0)]
