@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -10,7 +12,7 @@ from incremental_assets.engine import DeltaTarget, IncrementalLoadError
 from incremental_assets.engine.reload import differences
 from incremental_assets.specs.models import SNAPSHOT_AT
 from incremental_assets_tests.conftest import DeltaSourceTable, load, make_spec
-from incremental_assets_tests.test_cdc import rows
+from incremental_assets_tests.test_cdc import history, rows
 
 PRODUCTS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("price", pa.float64())])
 
@@ -150,3 +152,77 @@ def test_null_key_in_a_snapshot_fails_and_commits_nothing(spark, source, tmp_pat
 
     assert DeltaTable(target.path).version() == version
     assert rows(target, "id", "price") == [(1, 1.0)]
+
+
+# --- property test: random sequences of snapshots, against a plain-Python reference ---
+
+
+def states(seed: int) -> list[dict[int, str]]:
+    """Source states after random prefixes of a random change history (with deletes and
+    re-inserts), some repeated, as a snapshot source would show them over time."""
+    rng = random.Random(seed)
+    events = history(seed, keys=150, events=700, names=("a", "b", "c"))
+    cuts = [*sorted(rng.sample(range(1, len(events)), 6)), len(events)]
+    state: dict[int, str] = {}
+    out, done = [], 0
+    for cut in cuts:
+        for key, name, op, _, _ in events[done:cut]:
+            if op == "D":
+                state.pop(key, None)
+            else:
+                state[key] = name
+        done = cut
+        out.append(dict(state))
+        if rng.random() < 0.3:
+            out.append(dict(state))  # the same state taken again
+    return out
+
+
+def snapshot_reference(taken: list[tuple[object, dict[int, str]]], mode: str) -> list[tuple]:
+    seen: dict[int, tuple] = {}
+    versions: list[list] = []
+    current: dict[int, list] = {}
+    for stamp, state in taken:
+        for key, name in state.items():
+            seen[key] = (key, name, False, None)
+            if key in current and current[key][1] != name:
+                current.pop(key)[3] = stamp
+            if key not in current:
+                current[key] = [key, name, stamp, None]
+                versions.append(current[key])
+        for key in [k for k in current if k not in state]:
+            current.pop(key)[3] = stamp
+            seen[key] = (key, seen[key][1], True, stamp)
+    if mode == "hard":
+        return sorted((k, n) for k, n in taken[-1][1].items())
+    if mode == "soft":
+        return sorted(seen.values())
+    return sorted((k, n, start, end, end is None) for k, n, start, end in versions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["hard", "soft", "scd2"])
+def test_random_snapshot_sequences_equal_the_reference(spark, tmp_path, mode):
+    source = DeltaSourceTable(tmp_path / "source")
+    strategy = (
+        {"kind": "scd2", "changes": "snapshot"}
+        if mode == "scd2"
+        else {"kind": "snapshot", "deletes": mode}
+    )
+    spec = make_spec(source.path, keys=["id"], watermark=None, strategy=strategy)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    taken = []
+    for day, state in enumerate(states(7), start=1):
+        source.replace(
+            pa.Table.from_pylist([{"id": k, "name": v} for k, v in state.items()], schema)
+        )
+        result = load(spark, spec, target, min(day, 28))
+        taken.append((result.cursor_after, state))
+
+    columns = {
+        "hard": ("id", "name"),
+        "soft": ("id", "name", "is_deleted", "deleted_at"),
+        "scd2": ("id", "name", "valid_from", "valid_to", "is_current"),
+    }[mode]
+    assert rows(target, *columns) == snapshot_reference(taken, mode)

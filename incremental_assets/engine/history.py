@@ -73,7 +73,9 @@ def history_changes(
     """
     keys = list(columns.keys)
     touched = events.select(*keys).distinct()
-    event_id = [*keys, ROW_HASH, OP]
+    # The same values at another time are another event (a snapshot's row hash leaves the
+    # snapshot time out).
+    event_id = list(dict.fromkeys([*keys, columns.effective, columns.order, ROW_HASH, OP]))
     fresh = events.dropDuplicates(event_id)
     if logged is not None:
         known = logged.join(touched, on=keys, how="left_semi")
