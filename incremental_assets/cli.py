@@ -11,11 +11,24 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="simulate sources and load them through Dagster")
     demo.add_argument("--rounds", type=int, default=4, help="simulated days (default 4)")
+    demo.add_argument(
+        "--postgres",
+        action="store_true",
+        help="keep the orders table in PostgreSQL and load it over JDBC: starts a throwaway "
+        "server (needs PostgreSQL and libpostgresql-jdbc-java installed), or uses the one "
+        "INCREMENTAL_ASSETS_DEMO_PG_URL=postgresql://user@host:port/db names (password in "
+        "DEMO_SHOP_PASSWORD)",
+    )
     args = parser.parse_args(argv)
     if args.command == "demo":
         from incremental_assets.demo.run import main as demo_main
+        from incremental_assets.demo.shop_database import DemoDatabaseUnavailable
 
-        return demo_main(rounds=args.rounds)
+        try:
+            return demo_main(rounds=args.rounds, postgres=args.postgres)
+        except DemoDatabaseUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 2
 
 

@@ -4,24 +4,40 @@ a full reload.
 Run it with ``incremental-assets demo`` (the README's ``./dev demo``). It resets ``data/``
 and the project's Dagster instance (``.dagster/``), so ``dagster dev`` afterwards shows
 exactly the demo's runs.
+
+With ``--postgres`` the orders table lives in PostgreSQL (a throwaway server the demo
+starts, or the one ``INCREMENTAL_ASSETS_DEMO_PG_URL`` names; see :mod:`shop_database`)
+and is loaded over JDBC, with the tables of ``demo/tables_postgres.yaml``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from string import Template
 
 import dagster as dg
 
 from incremental_assets.definitions import PROJECT_ROOT, tables_path
 from incremental_assets.defs.build import build_definitions
+from incremental_assets.demo.shop_database import (
+    ORDERS_TABLE,
+    PASSWORD_ENV,
+    ShopDatabase,
+    jdbc_jar,
+    shop_database,
+)
 from incremental_assets.demo.simulator import SourceSimulator, day
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import local_session
-from incremental_assets.specs import load_project
+from incremental_assets.specs import ProjectSpec, load_project
 
+POSTGRES_TABLES = Path(__file__).with_name("tables_postgres.yaml")
 COLUMNS = (
     "table",
     "mode",
@@ -35,16 +51,82 @@ COLUMNS = (
 )
 
 
-def main(rounds: int = 4, root: Path = PROJECT_ROOT) -> int:
+def main(rounds: int = 4, root: Path = PROJECT_ROOT, postgres: bool = False) -> int:
+    """Run the demo in ``root``; 0 when every table ends equal to a full reload.
+
+    Raises:
+        DemoDatabaseUnavailable: with ``postgres``, when no PostgreSQL server can be started
+            or reached (the message says what to install or set).
+    """
     # dagster.yaml keeps the instance in .dagster/ relative to the project root.
     os.chdir(root)
     os.environ.setdefault("DAGSTER_HOME", str(root))
-    project = load_project(tables_path())
     data = root / "data"
+    if not postgres:
+        project = load_project(tables_path())
+        _reset(root, data)
+        return _run(project, SourceSimulator(data / "source"), rounds)
+
+    jar = jdbc_jar()  # before anything is reset or started
+    with shop_database() as database:
+        _reset(root, data)
+        database.create_orders_table()
+        tables = _render_postgres_tables(data, database, jar)
+        print(
+            f"Orders live in PostgreSQL table {ORDERS_TABLE} ({database.describe()}), "
+            f"loaded over JDBC; events and customers are files. Tables: {tables}"
+        )
+        simulator = SourceSimulator(data / "source", orders=database)
+        with _environment(PASSWORD_ENV, database.password):
+            return _run(load_project(tables), simulator, rounds, database)
+
+
+def _reset(root: Path, data: Path) -> None:
     print(f"Resetting {data} and the Dagster instance in {root / '.dagster'}")
     shutil.rmtree(data, ignore_errors=True)
     shutil.rmtree(root / ".dagster", ignore_errors=True)
-    simulator = SourceSimulator(data / "source")
+
+
+def _render_postgres_tables(data: Path, database: ShopDatabase, jar: str) -> Path:
+    """data/tables_postgres.yaml: the template with this database's URL, user and driver."""
+    values = {
+        "jdbc_url": database.jdbc_url,
+        "user": database.user,
+        "password_env": PASSWORD_ENV,
+        "jdbc_jar": jar,
+        "orders_table": ORDERS_TABLE,
+    }
+    # JSON strings are YAML strings: any character in a path or URL stays literal.
+    text = Template(POSTGRES_TABLES.read_text()).substitute(
+        {k: json.dumps(v) for k, v in values.items()}
+    )
+    path = data / "tables_postgres.yaml"
+    data.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` while the demo runs (the connection's password_env, read by
+    Dagster's EnvVar), then as before."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _run(
+    project: ProjectSpec,
+    simulator: SourceSimulator,
+    rounds: int,
+    database: ShopDatabase | None = None,
+) -> int:
     defs = build_definitions(project)
     assets = [defs.get_assets_def(spec.name) for spec in project.tables]
     resources = defs.resources
@@ -62,11 +144,14 @@ def main(rounds: int = 4, root: Path = PROJECT_ROOT) -> int:
                 f"changes ({summary.changes_deletes} deletes, {summary.changes_held_back} "
                 "held back to the next day, out of order)"
             )
+            since = database.log_position() if database else None
             rows = [
                 _materialize(instance, assets, resources, spec.name, partition=f"{day(n):%Y-%m-%d}")
                 for spec in project.tables
             ]
             _print_table(rows)
+            if database:
+                _print_window_filters(database, since)
 
         first, last = f"{day(1):%Y-%m-%d}", f"{day(rounds):%Y-%m-%d}"
         print(
@@ -97,6 +182,16 @@ def main(rounds: int = 4, root: Path = PROJECT_ROOT) -> int:
         "Open the Dagster UI with ./dev ui to see the runs, metadata and checks."
     )
     return 1 if failures else 0
+
+
+def _print_window_filters(database: ShopDatabase, since: int | None) -> None:
+    """What PostgreSQL itself filtered for the orders window (from its statement log)."""
+    filters = database.window_filters(since)
+    if filters:
+        print(
+            f"  PostgreSQL's statement log: {len(filters)} reads of the orders window, "
+            f"filtered by the database itself, e.g. ... {filters[-1]}"
+        )
 
 
 def _materialize(instance, assets, resources, name, partition=None, partition_range=None):

@@ -1,13 +1,17 @@
-"""A source simulator: an operational ``orders`` table and an insert-only ``events`` log.
+"""A source simulator: an operational ``orders`` table, an insert-only ``events`` log and a
+``customers`` change feed.
 
 Each round writes one simulated day, the way real sources misbehave:
 
-- orders (a Delta table, updated in place like a database table): new orders, status
-  updates to orders of the last two days, a burst of rows sharing one timestamp (a batch
-  import), rows that arrive late but inside the lookback, and rows that arrive later than
-  any lookback (only a backfill of their day picks them up);
+- orders (a Delta table, updated in place like a database table, or with the demo's
+  ``--postgres`` switch a PostgreSQL table): new orders, status updates to orders of the
+  last two days, a burst of rows sharing one timestamp (a batch import), rows that arrive
+  late but inside the lookback, and rows that arrive later than any lookback (only a
+  backfill of their day picks them up);
 - events (Parquet files appended to a folder, ids increasing, zone-less timestamps written
-  in Europe/Berlin wall-clock time): some events of the previous day arrive with new ids.
+  in Europe/Berlin wall-clock time): some events of the previous day arrive with new ids;
+- customers (Parquet files of a CDC feed): inserts, updates, deletes, re-inserts, duplicated
+  events, and events delivered a day late, out of order.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
@@ -73,9 +78,43 @@ class RoundSummary:
     changes_held_back: int = 0
 
 
+class OrdersSink(Protocol):
+    """Where the orders table lives: new orders are inserted, updates carry ``order_id``,
+    ``status`` and ``updated_at``."""
+
+    def write_orders(self, inserts: list[dict], updates: list[dict]) -> None: ...
+
+
+@dataclass
+class DeltaOrders:
+    """The orders table as a Delta table, updated in place by a merge."""
+
+    path: str
+
+    def write_orders(self, inserts: list[dict], updates: list[dict]) -> None:
+        table = pa.Table.from_pylist(inserts, schema=ORDERS_SCHEMA)
+        if not DeltaTable.is_deltatable(self.path):
+            write_deltalake(self.path, table)
+        else:
+            write_deltalake(self.path, table, mode="append")
+        if updates:
+            columns = ("order_id", "status", "updated_at")
+            changes = pa.Table.from_pylist(
+                [{c: r[c] for c in columns} for r in updates],
+                schema=pa.schema([ORDERS_SCHEMA.field(c) for c in columns]),
+            )
+            (
+                DeltaTable(self.path)
+                .merge(changes, "t.order_id = s.order_id", source_alias="s", target_alias="t")
+                .when_matched_update(updates={"status": "s.status", "updated_at": "s.updated_at"})
+                .execute()
+            )
+
+
 @dataclass
 class SourceSimulator:
-    """Writes the demo sources under ``root`` (``orders/`` and ``events/``)."""
+    """Writes the demo sources under ``root`` (``orders/``, ``events/``,
+    ``customers_cdc/``); ``orders`` sends the orders elsewhere (a database table)."""
 
     root: Path
     seed: int = 7
@@ -85,9 +124,12 @@ class SourceSimulator:
     late: int = 50
     very_late: int = 20
     events_per_day: int = 5000
+    orders: OrdersSink | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
+        if self.orders is None:
+            self.orders = DeltaOrders(self.orders_path)
         self._rng = random.Random(self.seed)
         self._next_order = 1
         self._next_event = 1
@@ -217,33 +259,11 @@ class SourceSimulator:
         return rows, (self.new_orders + self.burst, updated, self.burst, late, very_late)
 
     def _upsert_orders(self, rows: list[dict]) -> None:
-        inserts = [r for r in rows if r["customer_id"] is not None]
-        updates = [r for r in rows if r["customer_id"] is None]
-        table = pa.Table.from_pylist(inserts, schema=ORDERS_SCHEMA)
-        if not DeltaTable.is_deltatable(self.orders_path):
-            write_deltalake(self.orders_path, table)
-        else:
-            write_deltalake(self.orders_path, table, mode="append")
-        if updates:
-            changes = pa.Table.from_pylist(
-                [
-                    {
-                        "order_id": r["order_id"],
-                        "status": r["status"],
-                        "updated_at": r["updated_at"],
-                    }
-                    for r in updates
-                ],
-                schema=pa.schema(
-                    [ORDERS_SCHEMA.field(n) for n in ("order_id", "status", "updated_at")]
-                ),
-            )
-            (
-                DeltaTable(self.orders_path)
-                .merge(changes, "t.order_id = s.order_id", source_alias="s", target_alias="t")
-                .when_matched_update(updates={"status": "s.status", "updated_at": "s.updated_at"})
-                .execute()
-            )
+        assert self.orders is not None
+        self.orders.write_orders(
+            [r for r in rows if r["customer_id"] is not None],
+            [r for r in rows if r["customer_id"] is None],
+        )
 
     def _events_for(self, day: datetime) -> tuple[pa.Table, int]:
         rows = []
