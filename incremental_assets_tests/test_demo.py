@@ -28,7 +28,7 @@ def test_demo_rounds_end_equal_to_a_full_reload(tmp_path, monkeypatch, capsys, s
     out = capsys.readouterr().out
     assert code == 0, out
     verdicts = {line.split()[0]: line for line in out.splitlines() if "a full reload (" in line}
-    assert set(verdicts) == {"orders", "events", "customers"}
+    assert set(verdicts) == {"orders", "events", "customers", "customers_history", "products"}
     assert all(" equal to a full reload" in line for line in verdicts.values()), verdicts
     assert "Round 2" in out and "Backfill of partitions 2026-01-01...2026-01-02" in out
     assert (tmp_path / "data" / "warehouse" / "orders" / "_delta_log").is_dir()

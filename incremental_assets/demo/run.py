@@ -142,7 +142,9 @@ def _run(
                 f"lookback), {summary.orders_very_late} very late; {summary.events} events "
                 f"({summary.events_late} for the previous day); {summary.changes} customer "
                 f"changes ({summary.changes_deletes} deletes, {summary.changes_held_back} "
-                "held back to the next day, out of order)"
+                "held back to the next day, out of order); a product export of "
+                f"{summary.products} products ({summary.products_new} new, "
+                f"{summary.products_repriced} repriced, {summary.products_gone} discontinued)"
             )
             since = database.log_position() if database else None
             rows = [
@@ -174,7 +176,7 @@ def _run(
         verdict = "equal" if extra == missing == 0 else "DIFFERENT"
         failures += verdict != "equal"
         print(
-            f"  {spec.name:<9} {verdict} to a full reload ({rows} rows; {extra} extra, "
+            f"  {spec.name:<17} {verdict} to a full reload ({rows} rows; {extra} extra, "
             f"{missing} missing)"
         )
     print(

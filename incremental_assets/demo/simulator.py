@@ -11,7 +11,10 @@ Each round writes one simulated day, the way real sources misbehave:
 - events (Parquet files appended to a folder, ids increasing, zone-less timestamps written
   in Europe/Berlin wall-clock time): some events of the previous day arrive with new ids;
 - customers (Parquet files of a CDC feed): inserts, updates, deletes, re-inserts, duplicated
-  events, and events delivered a day late, out of order.
+  events, and events delivered a day late, out of order (loaded twice: as the current
+  customers, and as their history);
+- products (one Parquet file, rewritten each day: a nightly export of the whole table with
+  no change column): price changes, new products, discontinued ones, and some that return.
 """
 
 from __future__ import annotations
@@ -59,6 +62,14 @@ CUSTOMERS_SCHEMA = pa.schema(
         ("changed_at", pa.timestamp("us", tz="UTC")),
     ]
 )
+PRODUCTS_SCHEMA = pa.schema(
+    [
+        ("product_id", pa.int64()),
+        ("name", pa.string()),
+        ("category", pa.string()),
+        ("price", pa.decimal128(10, 2)),
+    ]
+)
 STATUSES = ["placed", "paid", "packed", "shipped", "delivered", "cancelled"]
 EVENT_TYPES = ["view", "click", "add_to_cart", "checkout"]
 
@@ -76,6 +87,10 @@ class RoundSummary:
     changes: int = 0
     changes_deletes: int = 0
     changes_held_back: int = 0
+    products: int = 0
+    products_repriced: int = 0
+    products_new: int = 0
+    products_gone: int = 0
 
 
 class OrdersSink(Protocol):
@@ -138,6 +153,8 @@ class SourceSimulator:
         self._lsn = 0
         self._customers: dict[int, bool] = {}  # id -> alive
         self._held_back: list[dict] = []
+        self._products: dict[int, dict] = {}
+        self._discontinued: dict[int, dict] = {}
 
     @property
     def orders_path(self) -> str:
@@ -151,6 +168,10 @@ class SourceSimulator:
     def customers_path(self) -> str:
         return str(self.root / "customers_cdc")
 
+    @property
+    def products_path(self) -> str:
+        return str(self.root / "products")
+
     def write_day(self, day: datetime) -> RoundSummary:
         """Write one simulated day (``day`` is midnight UTC)."""
         orders, counts = self._orders_for(day)
@@ -161,9 +182,49 @@ class SourceSimulator:
         feed, deletes, held = self._customer_changes(day)
         Path(self.customers_path).mkdir(parents=True, exist_ok=True)
         pq.write_table(feed, f"{self.customers_path}/changes-{day:%Y%m%d}.parquet")
+        products, product_counts = self._products_export()
+        Path(self.products_path).mkdir(parents=True, exist_ok=True)
+        # The export replaces yesterday's: the folder only ever holds today's state.
+        for old in Path(self.products_path).glob("*.parquet"):
+            old.unlink()
+        pq.write_table(products, f"{self.products_path}/products-{day:%Y%m%d}.parquet")
         return RoundSummary(
-            day, *counts, events.num_rows, late_events, feed.num_rows, deletes, held
+            day,
+            *counts,
+            events.num_rows,
+            late_events,
+            feed.num_rows,
+            deletes,
+            held,
+            products.num_rows,
+            *product_counts,
         )
+
+    def _products_export(self) -> tuple[pa.Table, tuple[int, int, int]]:
+        """Today's full product list: some prices change, a few products are discontinued
+        (some of them come back later), new ones are added."""
+        rng = self._rng
+        repriced = new = gone = 0
+        if self._products:
+            for product in rng.sample(list(self._products.values()), 25):
+                product["price"] = Decimal(rng.randint(100, 9999)) / 100
+                repriced += 1
+            for product_id in rng.sample(list(self._products), 5):
+                self._discontinued[product_id] = self._products.pop(product_id)
+                gone += 1
+            for product_id in rng.sample(list(self._discontinued), min(2, len(self._discontinued))):
+                self._products[product_id] = self._discontinued.pop(product_id)
+        for _ in range(200 if not self._products else 10):
+            product_id = len(self._products) + len(self._discontinued) + 1
+            self._products[product_id] = {
+                "product_id": product_id,
+                "name": f"product {product_id}",
+                "category": rng.choice(["books", "games", "tools", "garden"]),
+                "price": Decimal(rng.randint(100, 9999)) / 100,
+            }
+            new += 1
+        rows = sorted(self._products.values(), key=lambda p: p["product_id"])
+        return pa.Table.from_pylist(rows, schema=PRODUCTS_SCHEMA), (repriced, new, gone)
 
     def _customer_changes(self, day: datetime) -> tuple[pa.Table, int, int]:
         """A CDC feed: inserts, updates, deletes, re-inserts of deleted customers, a few
@@ -171,6 +232,8 @@ class SourceSimulator:
         of order, with older sequence numbers)."""
         rows = []
         deletes = 0
+        # Change times follow the log order (a CDC log is written as changes commit).
+        stamps = iter(sorted(self._at(day) for _ in range(400)))
         for _ in range(400):
             alive = [c for c, a in self._customers.items() if a]
             gone = [c for c, a in self._customers.items() if not a]
@@ -193,7 +256,7 @@ class SourceSimulator:
                     "tier": None if op == "D" else self._rng.choice(["basic", "gold"]),
                     "op": op,
                     "lsn": self._lsn,
-                    "changed_at": self._at(day),
+                    "changed_at": next(stamps),
                 }
             )
         rows += self._rng.sample(rows, 10)  # duplicates

@@ -189,6 +189,7 @@ def run_load(
             )
             rows_staged = _count_staged(staged_path)
             change_counts = _change_counts(spec, staged_path)
+            unchanged = _unchanged(spec, rows_extracted, change_counts, logged_path)
             gaps = _gaps(spec, window, staged_path)
         hook("staged")
         crash_point("after_extract")
@@ -240,7 +241,7 @@ def run_load(
         new_columns=tuple(new_columns),
         gaps=gaps,
         changes=change_counts,
-        unchanged=_unchanged(spec, rows_extracted, change_counts),
+        unchanged=unchanged,
     )
 
 
@@ -282,10 +283,15 @@ def _change_counts(spec: TableSpec, staged_path: str) -> dict[str, int]:
 SNAPSHOT_KINDS = ("insert", "change", "vanish")
 
 
-def _unchanged(spec: TableSpec, extracted: int, counts: dict[str, int]) -> int | None:
-    """Snapshot rows that matched the target exactly (history tables: events that changed
-    no version are not counted per row, so None)."""
-    if not spec.takes_snapshots or spec.history:
+def _unchanged(
+    spec: TableSpec, extracted: int, counts: dict[str, int], logged_path: str | None
+) -> int | None:
+    """Snapshot rows that matched the target exactly; for history tables, the changes
+    already in the change log (replays, duplicates)."""
+    if spec.history:
+        fresh = _count_staged(logged_path) if logged_path else 0
+        return max(extracted - fresh, 0)
+    if not spec.takes_snapshots:
         return None
     return max(extracted - counts.get("insert", 0) - counts.get("change", 0), 0)
 
