@@ -49,7 +49,7 @@ def test_postgres_demo_loads_orders_over_jdbc_and_ends_equal_to_a_full_reload(
     out = capsys.readouterr().out
     assert code == 0, out
     verdicts = {line.split()[0]: line for line in out.splitlines() if "a full reload (" in line}
-    assert set(verdicts) == {"orders", "events", "customers"}
+    assert set(verdicts) == {"orders", "events", "customers", "customers_history", "products"}
     assert all(" equal to a full reload" in line for line in verdicts.values()), verdicts
     assert "Orders live in PostgreSQL table incremental_assets_demo.orders" in out
     # The window's bounds reached the database: it filtered the rows, not Spark.
