@@ -120,6 +120,46 @@ def window_policy(spec: TableSpec) -> WindowPolicy:
     )
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What a run knows before it reads a row: the opened source, the target's committed
+    state, the source's clock, and the window with the high-water mark captured."""
+
+    source: Source
+    state: TargetState
+    clock: datetime
+    window: Window
+
+
+def probe(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    request: LoadRequest,
+    source_storage: Mapping[str, str] | None = None,
+) -> Probe:
+    """The probe phase of a run, which writes nothing (``explain`` stops after it): open
+    the source, check its columns, read the cursor from the target's Delta log, plan the
+    window and capture the source's high-water mark."""
+    source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
+    validation.check_source_columns(spec, source.read([]).transform(_shape(spec)).schema)
+    state = target.state(spec.watermark.kind)
+    clock = source.clock()
+    if spec.takes_snapshots:
+        window = snapshot_window(spec.name, state.cursor, request, clock, _last_end(state))
+    else:
+        window = plan_window(
+            window_policy(spec),
+            state.cursor,
+            request,
+            clock,
+            partition_high_water=_partition_high_water(state),
+        )
+        _fail_on_null_watermarks(spec, source)
+        window = window.with_high_water(_high_water(spec, source, window))
+    return Probe(source, state, clock, window)
+
+
 def run_load(
     spark: SparkSession,
     spec: TableSpec,
@@ -143,22 +183,8 @@ def run_load(
     started = time.perf_counter()
 
     with phase("probe"):
-        source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
-        validation.check_source_columns(spec, source.read([]).transform(_shape(spec)).schema)
-        state = target.state(spec.watermark.kind)
-        clock = source.clock()
-        if spec.takes_snapshots:
-            window = snapshot_window(spec.name, state.cursor, request, clock, _last_end(state))
-        else:
-            window = plan_window(
-                window_policy(spec),
-                state.cursor,
-                request,
-                clock,
-                partition_high_water=_partition_high_water(state),
-            )
-            _fail_on_null_watermarks(spec, source)
-            window = window.with_high_water(_high_water(spec, source, window))
+        probed = probe(spark, spec, target, request, source_storage)
+    source, state, clock, window = probed.source, probed.state, probed.clock, probed.window
     hook("probed")
 
     if window.is_empty:
@@ -389,7 +415,7 @@ def _tombstones(spark: SparkSession, spec: TableSpec, target: DeltaTarget) -> Da
     return None
 
 
-def _window_rows(spec: TableSpec, source: Source, window: Window) -> DataFrame:
+def window_rows(spec: TableSpec, source: Source, window: Window) -> DataFrame:
     """The source rows of the window, prepared (a snapshot: every row, stamped)."""
     if spec.takes_snapshots:
         assert isinstance(window.high_water, datetime)
@@ -433,7 +459,7 @@ def _increment(
     stage_root: str,
 ) -> tuple[DataFrame, Observation, list[str]]:
     wm = spec.watermark.column
-    rows, observation = _observed(spec, _window_rows(spec, source, window))
+    rows, observation = _observed(spec, window_rows(spec, source, window))
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
     if spec.takes_snapshots:
         # The diff reads the snapshot twice (changed rows, vanished keys): stage it once.
@@ -495,7 +521,7 @@ def _stage_history(
     Returns the observed counts, new columns and the path of the new events."""
     scd2 = spec.history
     assert scd2 is not None
-    rows = _window_rows(spec, source, window)
+    rows = window_rows(spec, source, window)
     stored = target.to_spark(spark) if state.exists else None
     if spec.takes_snapshots:
         current = None
