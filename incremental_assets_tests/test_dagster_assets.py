@@ -225,3 +225,44 @@ def test_scd2_table_reports_versions_and_checks_keys_with_valid_from(tmp_path, s
     assert checks["counts_match_table"].passed
     assert checks["history_consistent"].passed
     assert len(DeltaTable(project.target.path).to_pyarrow_table()) == 3
+
+
+QUALITY_YAML = (
+    TABLES_YAML
+    + """    quality:
+      min_score: 0.9
+      rules:
+        - {name: amount_positive, check: "amount > 0", action: quarantine}
+"""
+)
+
+
+def test_quality_score_below_minimum_fails_its_blocking_check_and_stops_downstream(
+    tmp_path, spark, instance
+):
+    project = Project(tmp_path, QUALITY_YAML)
+    project.source.upsert([(1, "placed", 1.0, at(1, 5)), (2, "placed", -2.0, at(1, 6))])
+    downstream_ran = []
+
+    @dg.asset(
+        deps=[dg.AssetKey("orders")],
+        partitions_def=project.defs.get_assets_def("orders").partitions_def,
+    )
+    def order_report() -> None:
+        downstream_ran.append(True)
+
+    result = dg.materialize(
+        [project.defs.get_assets_def("orders"), order_report],
+        partition_key="2026-01-01",
+        instance=instance,
+        resources=project.defs.resources,
+        raise_on_error=False,
+    )
+
+    meta = metadata_of(result)
+    assert (meta["quality_score"], meta["rows_quarantined"]) == (0.5, 1)
+    assert meta["rows_failing_amount_positive"] == 1
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert not checks["quality_score"].passed
+    assert "below the minimum 0.9" in checks["quality_score"].description
+    assert downstream_ran == [] and not result.success

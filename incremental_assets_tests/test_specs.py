@@ -505,3 +505,16 @@ def test_snapshot_table_with_a_watermark_is_refused_naming_the_watermark(tmp_pat
     err = spec_error(tmp_path, project(text))
 
     assert "remove watermark" in problem(err, "products", "watermark")
+
+
+def test_quality_rules_need_unique_names_and_a_known_action(tmp_path):
+    rules = """    quality:
+      rules:
+        - {name: positive, check: "amount > 0", action: quarantine}
+        - {name: positive, check: "amount < 10", action: drop}
+"""
+    bad_action = spec_error(tmp_path, project(ORDERS + rules))
+    twice = spec_error(tmp_path, project(ORDERS + rules.replace("action: drop", "action: warn")))
+
+    assert "'drop'" in problem(bad_action, "orders", "quality.rules.action")
+    assert "repeated: positive" in problem(twice, "orders", "quality.rules")

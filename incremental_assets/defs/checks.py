@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from incremental_assets.engine import checks
+from incremental_assets.engine import checks, quality
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.specs import TableSpec
@@ -15,6 +15,7 @@ COUNTS_MATCH = "counts_match_table"
 
 
 HISTORY_CONSISTENT = "history_consistent"
+QUALITY_SCORE = "quality_score"
 
 
 def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
@@ -31,8 +32,22 @@ def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
         if spec.history
         else []
     )
+    scored = (
+        [
+            dg.AssetCheckSpec(
+                QUALITY_SCORE,
+                asset=spec.name,
+                blocking=True,
+                description=f"The share of rows passing every quality rule is at least "
+                f"{spec.quality.min_score}.",
+            )
+        ]
+        if spec.quality.rules
+        else []
+    )
     return [
         *history,
+        *scored,
         dg.AssetCheckSpec(
             KEYS_UNIQUE,
             asset=spec.name,
@@ -64,6 +79,8 @@ def check_results(
             target, version, result.rows_inserted, result.rows_updated, result.rows_deleted
         ),
     }
+    if spec.quality.rules:
+        outcomes[QUALITY_SCORE] = quality.score_check(result.quality, spec.quality.min_score)
     scd2 = spec.history
     if scd2:
         outcomes[HISTORY_CONSISTENT] = checks.history_consistent(

@@ -49,6 +49,12 @@ def load_metadata(result: LoadResult, target_rows: int | None, target_path: str)
     names = _CHANGE_NAMES
     for kind, count in result.changes.items():
         metadata[names.get(kind, f"changes_{kind}")] = count
+    if result.quality is not None:
+        metadata["rows_checked"] = result.quality.rows_checked
+        metadata["quality_score"] = float(result.quality.score)
+        metadata["rows_quarantined"] = result.quality.rows_quarantined
+        for rule, count in result.quality.failures.items():
+            metadata[f"rows_failing_{rule}"] = count
     if result.new_columns:
         metadata["new_columns"] = ", ".join(result.new_columns)
     if target_rows is not None:

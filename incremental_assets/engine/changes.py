@@ -103,3 +103,21 @@ def soft_delete_columns(time_column: str):
         )
 
     return transform
+
+
+def not_older_than_tombstones(
+    increment: DataFrame, tombstones: DataFrame, keys: list[str], watermark: str
+) -> DataFrame:
+    """Drop changes older than a key's recorded hard delete: a replayed or late change must
+    not bring a deleted row back. The delete itself passes: its tombstone may have been
+    recorded by a run that died before its commit, and re-applying it is harmless."""
+    deleted_at = "_ia_tombstone"
+    marks = tombstones.select(*keys, F.col(quote(watermark)).alias(deleted_at))
+    joined = increment.join(marks, on=list(keys), how="left")
+    wm = F.col(quote(watermark))
+    alive = (
+        F.col(deleted_at).isNull()
+        | (wm > F.col(deleted_at))
+        | ((wm == F.col(deleted_at)) & (F.col(OP) == "D"))
+    )
+    return joined.filter(alive).drop(deleted_at).select(*increment.columns)

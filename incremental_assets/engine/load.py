@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -20,7 +21,14 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import changes, history, predicates, transforms, validation
+from incremental_assets.engine import (
+    changes,
+    history,
+    predicates,
+    quality,
+    transforms,
+    validation,
+)
 from incremental_assets.engine.delta_store import (
     ChangeLog,
     CommitResult,
@@ -31,6 +39,7 @@ from incremental_assets.engine.delta_store import (
 from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.gaps import Gaps, sequence_gaps
+from incremental_assets.engine.quarantine import Quarantine, identity_of
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source, open_source
 from incremental_assets.engine.strategies import MergePlan, merge_plan
@@ -83,6 +92,7 @@ class LoadResult:
     # open/close/update/remove versions) and the rows that needed no write.
     changes: dict[str, int] = field(default_factory=dict)
     unchanged: int | None = None
+    quality: quality.QualityReport | None = None
 
     @property
     def rows_unchanged(self) -> int:
@@ -201,12 +211,14 @@ def run_load(
             else:
                 logged_path = None
                 increment, observation, new_columns = _increment(
-                    spark, spec, source, window, state, target, stage_root
+                    spark, spec, source, window, state, target, stage_root, request.run_id
                 )
                 increment.write.mode("overwrite").parquet(staged_path)
                 observed = observation.get
                 _fail_on_bad_rows(spec, observed)
             rows_extracted = int(observed["rows"])
+            quarantined_path = f"{stage_root}/quarantine"
+            report = _quality_report(spec, observed, quarantined_path)
             partition_high_water = _later(
                 _partition_high_water(state),
                 from_transaction_version(int(observed["pc_max"]), "timestamp")
@@ -221,7 +233,7 @@ def run_load(
         crash_point("after_extract")
 
         with phase("commit"):
-            _record_beside_target(spec, target, staged_path, logged_path)
+            _record_beside_target(spec, target, staged_path, logged_path, quarantined_path)
             crash_point("before_commit")
             commit = target.commit(
                 state,
@@ -244,6 +256,7 @@ def run_load(
                     "partition_high_water": format_value(partition_high_water),
                     **({"sequence_gaps": gaps.missing} if gaps else {}),
                     **({f"changes.{k}": v for k, v in change_counts.items()}),
+                    **(_quality_metadata(report) if report else {}),
                 },
                 partition_by=list(spec.target.partition_by),
                 add_new_columns=spec.on_schema_change == "append_new_columns",
@@ -268,21 +281,50 @@ def run_load(
         gaps=gaps,
         changes=change_counts,
         unchanged=unchanged,
+        quality=report,
     )
 
 
 def _record_beside_target(
-    spec: TableSpec, target: DeltaTarget, staged_path: str, logged_path: str | None
+    spec: TableSpec,
+    target: DeltaTarget,
+    staged_path: str,
+    logged_path: str | None,
+    quarantined_path: str,
 ) -> None:
-    """Side tables are written before the target's commit: hard-delete tombstones, and a
-    history table's new changes. Either, left by a run that died before its commit, is
-    harmless to the re-run (see Tombstones and ChangeLog)."""
+    """Side tables are written before the target's commit: quarantined rows, hard-delete
+    tombstones, and a history table's new changes. Each, left by a run that died before
+    its commit, is harmless to the re-run (see Quarantine, Tombstones and ChangeLog)."""
+    if os.path.isdir(quarantined_path):
+        Quarantine(target).record(quarantined_path, identity_of(spec))
     plan = _merge_plan(spec)
     if plan.tombstones:
         staged = pads.dataset(staged_path, format="parquet")
         Tombstones(target).record(staged, list(plan.keys), plan.watermark)
     if logged_path:
         ChangeLog(target).append(logged_path)
+
+
+def _quality_report(
+    spec: TableSpec, observed: dict, quarantined_path: str
+) -> quality.QualityReport | None:
+    rules = spec.quality.rules
+    if not rules:
+        return None
+    diverted = _count_staged(quarantined_path) if os.path.isdir(quarantined_path) else 0
+    return quality.report(rules, observed, diverted)
+
+
+def _quality_metadata(report: quality.QualityReport) -> dict:
+    return {
+        "quality_score": report.score,
+        "rows_quarantined": report.rows_quarantined,
+        **{f"rule.{name}": n for name, n in report.failures.items()},
+    }
+
+
+def merge_plan_of(spec: TableSpec) -> MergePlan:
+    return _merge_plan(spec)
 
 
 def _merge_plan(spec: TableSpec) -> MergePlan:
@@ -434,10 +476,19 @@ def window_rows(spec: TableSpec, source: Source, window: Window) -> DataFrame:
     )
 
 
+def _checked(spec: TableSpec, rows: DataFrame) -> DataFrame:
+    """The rows with the names of the quality rules each fails (when there are rules)."""
+    if not spec.quality.rules:
+        return rows
+    return quality.failed_rules(spec.name, rows, spec.quality.rules)
+
+
 def _observed(spec: TableSpec, rows: DataFrame) -> tuple[DataFrame, Observation]:
-    """Count rows, null keys, unknown CDC operations and the partition column's maximum as
-    the rows are written (no second pass over the source)."""
+    """Count rows, null keys, unknown CDC operations, quality-rule failures and the
+    partition column's maximum as the rows are written (no second pass over the source).
+    The rule names are dropped after counting."""
     observation = Observation(f"extract_{spec.name}")
+    rules = spec.quality.rules if quality.FAILED in rows.columns else []
     checked = [*spec.keys, *([spec.effective_column] if spec.history else [])]
     observed = rows.observe(
         observation,
@@ -445,6 +496,7 @@ def _observed(spec: TableSpec, rows: DataFrame) -> tuple[DataFrame, Observation]
         *[transforms.null_count(k).alias(f"null:{k}") for k in dict.fromkeys(checked)],
         F.max(F.unix_micros(F.col(transforms.quote(spec.partition_column)))).alias("pc_max"),
         *([transforms.null_count(changes.OP).alias("unknown_ops")] if spec.feed else []),
+        *(quality.counters(rules) if rules else []),
     )
     return observed, observation
 
@@ -457,9 +509,11 @@ def _increment(
     state: TargetState,
     target: DeltaTarget,
     stage_root: str,
+    run_id: str = "manual",
 ) -> tuple[DataFrame, Observation, list[str]]:
     wm = spec.watermark.column
-    rows, observation = _observed(spec, window_rows(spec, source, window))
+    rows, observation = _observed(spec, _checked(spec, window_rows(spec, source, window)))
+    rows = _divert(spark, spec, rows, stage_root, run_id)
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
     if spec.takes_snapshots:
         # The diff reads the snapshot twice (changed rows, vanished keys): stage it once.
@@ -475,12 +529,34 @@ def _increment(
         )
         tombstones = _tombstones(spark, spec, target)
         if tombstones is not None:
-            increment = _not_older_than_tombstones(increment, tombstones, spec.keys, wm)
+            increment = changes.not_older_than_tombstones(increment, tombstones, spec.keys, wm)
     new_columns: list[str] = []
     if state.schema is not None:
         incoming = increment.drop(changes.OP, CHANGE)
         new_columns = validation.check_against_target(spec, incoming.schema, state.schema)
     return increment.sortWithinPartitions(*key_columns), observation, new_columns
+
+
+def _divert(
+    spark: SparkSession, spec: TableSpec, rows: DataFrame, stage_root: str, run_id: str
+) -> DataFrame:
+    """Stage the rows that fail a quarantine rule apart (with the rules they failed, the run
+    and the time) and return the others, without the rule names."""
+    rules = spec.quality.rules
+    if not any(r.action == "quarantine" for r in rules):
+        return rows.drop(quality.FAILED)
+    # Both parts come from one staged copy: the window is read from the source once.
+    rows.write.mode("overwrite").parquet(f"{stage_root}/checked")
+    checked = spark.read.parquet(f"{stage_root}/checked")
+    diverted = quality.diverted(rules)
+    (
+        checked.filter(diverted)
+        .withColumn(quality.RUN_ID, F.lit(run_id))
+        .withColumn(quality.QUARANTINED_AT, F.current_timestamp())
+        .write.mode("overwrite")
+        .parquet(f"{stage_root}/quarantine")
+    )
+    return checked.filter(~diverted).drop(quality.FAILED)
 
 
 def _snapshot_diff(
@@ -538,9 +614,9 @@ def _stage_history(
         validity = {scd2.valid_from, scd2.valid_to, scd2.is_current}
         held = StructType([f for f in state.schema.fields if f.name not in validity])
         new_columns = validation.check_against_target(spec, rows.drop(changes.OP).schema, held)
-    observed_rows, observation = _observed(spec, rows)
+    observed_rows, observation = _observed(spec, _checked(spec, rows))
     events_path = f"{stage_root}/events"
-    observed_rows.write.mode("overwrite").parquet(events_path)
+    observed_rows.drop(quality.FAILED).write.mode("overwrite").parquet(events_path)
     observed = observation.get
     _fail_on_bad_rows(spec, observed)
 
@@ -580,24 +656,9 @@ def history_columns(spec: TableSpec, columns: list[str]) -> history.HistoryColum
 def _fail_on_bad_rows(spec: TableSpec, observed: dict) -> None:
     _fail_on_null_keys(spec, observed)
     _fail_on_unknown_operations(spec, observed)
-
-
-def _not_older_than_tombstones(
-    increment: DataFrame, tombstones: DataFrame, keys: list[str], watermark: str
-) -> DataFrame:
-    """Drop changes older than a key's recorded hard delete: a replayed or late change must
-    not bring a deleted row back. The delete itself passes: its tombstone may have been
-    recorded by a run that died before its commit, and re-applying it is harmless."""
-    deleted_at = "_ia_tombstone"
-    marks = tombstones.select(*keys, F.col(transforms.quote(watermark)).alias(deleted_at))
-    joined = increment.join(marks, on=list(keys), how="left")
-    wm = F.col(transforms.quote(watermark))
-    alive = (
-        F.col(deleted_at).isNull()
-        | (wm > F.col(deleted_at))
-        | ((wm == F.col(deleted_at)) & (F.col(changes.OP) == "D"))
-    )
-    return joined.filter(alive).drop(deleted_at).select(*increment.columns)
+    rules = spec.quality.rules
+    if rules:
+        quality.fail_on_failed_rules(spec.name, rules, quality.report(rules, observed, 0))
 
 
 def _fail_on_unknown_operations(spec: TableSpec, observed: dict) -> None:
@@ -665,6 +726,7 @@ def _result(
     gaps: Gaps | None = None,
     changes: dict[str, int] | None = None,
     unchanged: int | None = None,
+    quality: quality.QualityReport | None = None,
 ) -> LoadResult:
     phase.seconds["total"] = round(time.perf_counter() - started, 3)
     committed = bool(commit and commit.committed)
@@ -692,4 +754,5 @@ def _result(
         gaps=gaps,
         changes=dict(changes or {}),
         unchanged=unchanged,
+        quality=quality,
     )

@@ -336,6 +336,46 @@ class TargetSpec(_Spec):
     partition_by: list[str] = Field(default_factory=list, description="Delta partition columns.")
 
 
+class RuleSpec(_Spec):
+    """A data-quality rule: a Spark SQL boolean expression every row should satisfy."""
+
+    name: str = Field(description="Reported in metadata and in the quarantine.")
+    check: str = Field(description="Spark SQL, true for a good row, e.g. 'amount >= 0'.")
+    action: Literal["warn", "quarantine", "fail"] = Field(
+        default="warn",
+        description="warn: keep the row, count it; quarantine: divert it to the table's "
+        "quarantine; fail: fail the run, commit nothing. A check that is null counts as "
+        "failed.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"{value!r}: use letters, digits and '_' (e.g. amount_positive)")
+        return value
+
+
+class QualitySpec(_Spec):
+    rules: list[RuleSpec] = Field(default_factory=list)
+    min_score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="The quality_score asset check fails below this share of rows passing "
+        "every rule.",
+    )
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_names(cls, rules: list[RuleSpec]) -> list[RuleSpec]:
+        names = [r.name for r in rules]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"rule names must be unique; repeated: {', '.join(twice)}")
+        return rules
+
+
 class TableSpec(_Spec):
     """One source table loaded incrementally into one Delta table (one Dagster asset)."""
 
@@ -354,6 +394,9 @@ class TableSpec(_Spec):
     )
     partitioning: PartitioningSpec
     target: TargetSpec = Field(default_factory=TargetSpec)
+    quality: QualitySpec = Field(
+        default_factory=QualitySpec, description="Data-quality rules and the minimum score."
+    )
     on_schema_change: Literal["fail", "append_new_columns"] = Field(
         default="fail",
         description="What a new source column does: fail the run, or add it to the target.",
@@ -396,6 +439,13 @@ class TableSpec(_Spec):
                 )
             if strategy.tracked and set(strategy.tracked) & set(self.keys):
                 raise ValueError("strategy.tracked lists key columns; keys never change")
+        diverting = [r.name for r in self.quality.rules if r.action == "quarantine"]
+        if diverting and (self.takes_snapshots or self.history):
+            raise ValueError(
+                f"quality rules {diverting}: 'quarantine' is not available for "
+                f"{self.strategy.kind} tables (a row held back would read as deleted or "
+                "rewrite history); use action 'warn' or 'fail'"
+            )
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,151 @@
+"""The quarantine: rows a quality rule diverted, kept in ``<target>__quarantine``, and
+their replay into the target once the rule or the data is fixed."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import pyarrow.dataset as pads
+from deltalake import write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.engine import changes, quality, transforms
+from incremental_assets.engine.delta_store import DeltaTarget, Tombstones
+from incremental_assets.engine.strategies import MergePlan
+from incremental_assets.engine.watermarks import format_value
+from incremental_assets.specs import TableSpec
+
+
+class Quarantine:
+    """A Delta table beside the target: the diverted rows as loaded (with the loader's row
+    hash), the rules they failed, the run id and the time. Written before the target's
+    commit; a row is recorded once however often its window is re-read."""
+
+    def __init__(self, target: DeltaTarget):
+        self.location = DeltaTarget(
+            f"{target.table_name}__quarantine",
+            f"{target.path.rstrip('/')}__quarantine",
+            target.storage_options,
+        )
+
+    def record(self, staged_path: str, identity: list[str]) -> int:
+        dataset = pads.dataset(staged_path, format="parquet")
+        rows = dataset.count_rows()
+        if not rows:
+            return 0
+        options = self.location.storage_options or None
+        if not self.location.exists():
+            write_deltalake(self.location.path, dataset.to_table(), storage_options=options)
+            return rows
+        predicate = " AND ".join(
+            f"t.{transforms.quote(c)} = s.{transforms.quote(c)}" for c in identity
+        )
+        (
+            self.location.open()
+            .merge(dataset.to_table(), predicate, source_alias="s", target_alias="t")
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return rows
+
+    def rows(self) -> int:
+        if not self.location.exists():
+            return 0
+        return self.location.open().to_pyarrow_dataset().count_rows()
+
+    def to_spark(self, spark: SparkSession) -> DataFrame | None:
+        return self.location.to_spark(spark) if self.location.exists() else None
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    examined: int
+    replayed: int
+    still_failing: int
+    rows_inserted: int
+    rows_updated: int
+    delta_version: int | None
+
+
+def replay(
+    spark: SparkSession, spec: TableSpec, target: DeltaTarget, plan: MergePlan
+) -> ReplayResult:
+    """Merge the quarantined rows that now pass every quarantine rule into the target
+    (with the table's usual newer-wins merge, so a replay after newer loads changes
+    nothing they superseded), then remove them from the quarantine. The watermark stays.
+
+    A replay that dies between the two steps is repeated safely: the merge of rows already
+    merged writes nothing."""
+    held = Quarantine(target)
+    rows = held.to_spark(spark)
+    if rows is None:
+        return ReplayResult(0, 0, 0, 0, 0, None)
+    rules = spec.quality.rules
+    business = rows.drop(*quality.QUARANTINE_COLUMNS)
+    checked = quality.failed_rules(spec.name, business, rules)
+    passing = checked.filter(~quality.diverted(rules)).drop(quality.FAILED)
+    stage = tempfile.mkdtemp(prefix=f"ia-replay-{spec.name}-")
+    try:
+        key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
+        newest = passing.repartitionByRange(*key_columns).transform(
+            transforms.newest_per_key(spec.keys, spec.watermark.column)
+        )
+        marks = Tombstones(target).to_spark(spark) if plan.tombstones else None
+        if marks is not None:  # a change older than a hard delete stays deleted
+            newest = changes.not_older_than_tombstones(
+                newest, marks, spec.keys, spec.watermark.column
+            )
+        newest.sortWithinPartitions(*key_columns).write.parquet(f"{stage}/replay")
+        passing.select(*identity_of(spec)).write.parquet(f"{stage}/released")
+        examined = rows.count()
+        released = pads.dataset(f"{stage}/released", format="parquet").count_rows()
+        state = target.state(spec.watermark.kind)
+        commit = None
+        if released:
+            cursor = format_value(state.cursor)
+            commit = target.commit(
+                state,
+                f"{stage}/replay",
+                plan,
+                kind=spec.watermark.kind,
+                cursor_before=state.cursor,
+                cursor_after=None,  # the watermark stays where it is
+                metadata={
+                    "mode": "quarantine_replay",
+                    "cursor_before": cursor,
+                    "cursor_after": cursor,
+                    "rows_replayed": released,
+                },
+                partition_by=list(spec.target.partition_by),
+                add_new_columns=False,
+            )
+            _release(held, f"{stage}/released", identity_of(spec))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return ReplayResult(
+        examined=examined,
+        replayed=released,
+        still_failing=examined - released,
+        rows_inserted=commit.rows_inserted if commit else 0,
+        rows_updated=commit.rows_updated if commit else 0,
+        delta_version=commit.version if commit else state.version,
+    )
+
+
+def identity_of(spec: TableSpec) -> list[str]:
+    """What identifies a quarantined row: its keys, watermark and content hash."""
+    return list(dict.fromkeys([*spec.keys, spec.watermark.column, transforms.ROW_HASH]))
+
+
+def _release(held: Quarantine, released_path: str, identity: list[str]) -> None:
+    released = pads.dataset(released_path, format="parquet").to_table()
+    predicate = " AND ".join(f"t.{transforms.quote(c)} = s.{transforms.quote(c)}" for c in identity)
+    (
+        held.location.open()
+        .merge(released, predicate, source_alias="s", target_alias="t")
+        .when_matched_delete()
+        .execute()
+    )
