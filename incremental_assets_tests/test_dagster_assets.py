@@ -266,3 +266,19 @@ def test_quality_score_below_minimum_fails_its_blocking_check_and_stops_downstre
     assert not checks["quality_score"].passed
     assert "below the minimum 0.9" in checks["quality_score"].description
     assert downstream_ran == [] and not result.success
+
+
+@pytest.mark.parametrize(("max_lag", "passed"), [("1h", False), ("3650d", True)])
+def test_freshness_check_compares_the_watermark_lag_with_max_lag(
+    tmp_path, spark, instance, max_lag, passed
+):
+    project = Project(tmp_path, TABLES_YAML + f"    max_lag: {max_lag}\n")
+    project.source.upsert([(1, "placed", 1.0, at(1, 5))])
+
+    result = project.materialize(instance, "2026-01-01")
+
+    check = next(
+        e for e in result.get_asset_check_evaluations() if e.check_name == "watermark_fresh"
+    )
+    assert check.passed is passed
+    assert result.success  # not blocking: a stale source is reported, the load still lands

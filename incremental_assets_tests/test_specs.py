@@ -518,3 +518,9 @@ def test_quality_rules_need_unique_names_and_a_known_action(tmp_path):
 
     assert "'drop'" in problem(bad_action, "orders", "quality.rules.action")
     assert "repeated: positive" in problem(twice, "orders", "quality.rules")
+
+
+def test_max_lag_needs_a_time_watermark(tmp_path):
+    err = spec_error(tmp_path, project(EVENTS + "    max_lag: 1d\n"))
+
+    assert "needs a time watermark" in problem(err, "events", "max_lag")

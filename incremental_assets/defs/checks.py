@@ -16,6 +16,7 @@ COUNTS_MATCH = "counts_match_table"
 
 HISTORY_CONSISTENT = "history_consistent"
 QUALITY_SCORE = "quality_score"
+FRESH = "watermark_fresh"
 
 
 def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
@@ -45,9 +46,21 @@ def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
         if spec.quality.rules
         else []
     )
+    fresh = (
+        [
+            dg.AssetCheckSpec(
+                FRESH,
+                asset=spec.name,
+                description=f"The watermark lags the source clock by at most {spec.max_lag}.",
+            )
+        ]
+        if spec.max_lag is not None
+        else []
+    )
     return [
         *history,
         *scored,
+        *fresh,
         dg.AssetCheckSpec(
             KEYS_UNIQUE,
             asset=spec.name,
@@ -79,6 +92,8 @@ def check_results(
             target, version, result.rows_inserted, result.rows_updated, result.rows_deleted
         ),
     }
+    if spec.max_lag is not None:
+        outcomes[FRESH] = _freshness(result, spec.max_lag.total_seconds())
     if spec.quality.rules:
         outcomes[QUALITY_SCORE] = quality.score_check(result.quality, spec.quality.min_score)
     scd2 = spec.history
@@ -101,3 +116,15 @@ def check_results(
         )
         for name, outcome in outcomes.items()
     ]
+
+
+def _freshness(result: LoadResult, limit: float) -> checks.CheckOutcome:
+    lag = result.lag_seconds
+    metadata = {"lag_seconds": float(lag) if lag is not None else -1.0, "max_lag_seconds": limit}
+    if lag is None:
+        return checks.CheckOutcome(False, "no watermark yet: nothing loaded", metadata)
+    if lag > limit:
+        return checks.CheckOutcome(
+            False, f"watermark lags {lag:.0f}s behind the source, over {limit:.0f}s", metadata
+        )
+    return checks.CheckOutcome(True, f"watermark lags {lag:.0f}s (limit {limit:.0f}s)", metadata)

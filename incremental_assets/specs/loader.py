@@ -263,8 +263,9 @@ def _problems(
             else:
                 within = rest[:-1]
             loc = ["strategy", *rest]
-        if error["type"] == "snapshot_watermark":
-            loc = ["watermark"]
+        if error["type"].startswith("field:"):
+            # A table-level rule about one field names that field.
+            loc = error["type"].removeprefix("field:").split(".")
         field = ".".join([prefix, *loc] if prefix else loc) or "-"
         if error["type"] == "union_tag_invalid":
             expected = error.get("ctx", {}).get("expected_tags", "")

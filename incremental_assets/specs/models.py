@@ -34,6 +34,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from incremental_assets.specs.durations import parse_duration
+from incremental_assets.specs.landing import FILE_KEYS, INGESTED_AT, LandingSpec
 from incremental_assets.specs.strategies import (
     CdcStrategy,
     Scd2Strategy,
@@ -170,6 +171,11 @@ class SourceSpec(_Spec):
         default="UTC",
         description="Zone in which the source's naive (zone-less) timestamps are written.",
     )
+    landing: LandingSpec | None = Field(
+        default=None,
+        description="A landing folder: each new or changed file is loaded once into an "
+        "append-only bronze table (json, csv, parquet; see specs/landing.py).",
+    )
 
     @field_validator("path")
     @classmethod
@@ -202,6 +208,17 @@ class SourceSpec(_Spec):
                 )
         elif self.schema_ddl is not None:
             raise ValueError("a jdbc source takes its schema from the database; remove schema")
+        if self.landing is not None:
+            if self.format not in ("json", "csv", "parquet"):
+                raise ValueError(
+                    f"landing: a landing folder holds json, csv or parquet files, not "
+                    f"{self.format}; remove landing or change format"
+                )
+            if self.format != "parquet" and not self.schema_ddl:
+                raise ValueError(
+                    f"landing: {self.format} files need source.schema (Spark DDL), so a "
+                    "malformed row is detected instead of inferred"
+                )
         return self
 
     @property
@@ -397,6 +414,11 @@ class TableSpec(_Spec):
     quality: QualitySpec = Field(
         default_factory=QualitySpec, description="Data-quality rules and the minimum score."
     )
+    max_lag: Duration | None = Field(
+        default=None,
+        description="Freshness: the watermark_fresh check fails when the watermark lags the "
+        "source clock by more than this (time watermarks and snapshots), e.g. 26h.",
+    )
     on_schema_change: Literal["fail", "append_new_columns"] = Field(
         default="fail",
         description="What a new source column does: fail the run, or add it to the target.",
@@ -420,11 +442,47 @@ class TableSpec(_Spec):
             return data
         if data.get("watermark") is not None:
             raise PydanticCustomError(
-                "snapshot_watermark",
+                "field:watermark",
                 "a snapshot table has no watermark: each run reads the whole source and is "
                 "ordered by the time it was taken; remove watermark",
             )
         return {**data, "watermark": {"column": SNAPSHOT_AT, "kind": "timestamp"}}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _landing_defaults(cls, data: object) -> object:
+        # A landing table's rows are identified by where they came from, and cut by when
+        # they were ingested: keys and watermark are the loader's, not the user's.
+        source = data.get("source") if isinstance(data, dict) else None
+        if not isinstance(source, dict) or source.get("landing") is None:
+            return data
+        given = [name for name in ("keys", "watermark") if data.get(name) is not None]
+        if given:
+            raise PydanticCustomError(
+                "landing_keys",
+                "a landing table is keyed by file, file version and row number and ordered "
+                "by ingestion time; remove {given}",
+                {"given": ", ".join(given)},
+            )
+        strategy = data.get("strategy", "append")
+        kind = strategy.get("kind") if isinstance(strategy, dict) else strategy
+        if kind != "append":
+            raise PydanticCustomError(
+                "landing_strategy",
+                "a landing table is append-only bronze; use strategy: append (got {kind!r})",
+                {"kind": kind},
+            )
+        partitioning = data.get("partitioning")
+        if isinstance(partitioning, dict):
+            # The open day is where today's files land.
+            partitioning = {"end_offset": 1, **partitioning}
+        return {
+            **data,
+            "strategy": strategy,
+            "partitioning": partitioning,
+            "keys": list(FILE_KEYS),
+            "watermark": {"column": INGESTED_AT, "kind": "timestamp"},
+        }
 
     @model_validator(mode="after")
     def _strategy_columns(self) -> TableSpec:
@@ -439,12 +497,21 @@ class TableSpec(_Spec):
                 )
             if strategy.tracked and set(strategy.tracked) & set(self.keys):
                 raise ValueError("strategy.tracked lists key columns; keys never change")
+        if self.max_lag is not None and not self.watermark.is_time:
+            raise PydanticCustomError(
+                "field:max_lag",
+                "max_lag needs a time watermark; '{kind}' watermarks have no lag in time: "
+                "remove max_lag",
+                {"kind": self.watermark.kind},
+            )
         diverting = [r.name for r in self.quality.rules if r.action == "quarantine"]
         if diverting and (self.takes_snapshots or self.history):
-            raise ValueError(
-                f"quality rules {diverting}: 'quarantine' is not available for "
-                f"{self.strategy.kind} tables (a row held back would read as deleted or "
-                "rewrite history); use action 'warn' or 'fail'"
+            raise PydanticCustomError(
+                "field:quality.rules",
+                "quality rules {rules}: 'quarantine' is not available for {kind} tables (a "
+                "row held back would read as deleted or rewrite history); use action 'warn' "
+                "or 'fail'",
+                {"rules": diverting, "kind": self.strategy.kind},
             )
         return self
 
@@ -498,6 +565,11 @@ class TableSpec(_Spec):
         """The CDC settings when the source is a change feed (directly or under scd2)."""
         strategy = self.change_strategy
         return strategy if isinstance(strategy, CdcStrategy) else None
+
+    @property
+    def landing(self) -> LandingSpec | None:
+        """The landing settings when the source is a landing folder of files, else None."""
+        return self.source.landing
 
     @property
     def partitions_cut_watermark(self) -> bool:
