@@ -121,34 +121,46 @@ def history_consistent(
 
 def watermark_monotonic(target: DeltaTarget, kind: WatermarkKind) -> CheckOutcome:
     """Across the loader's commits in the Delta log, the cursor never moved backwards, and
-    the application transaction holds the latest commit's cursor."""
+    the application transaction holds the latest commit's cursor.
+
+    A recorded rewind (``incremental-assets rewind``: a commit with who and why) is the one
+    sanctioned step back: the loads after it are compared with the rewound cursor.
+    """
     if not target.exists():
         return CheckOutcome(True, "target does not exist yet", {"loads": 0})
     table = target.open()
-    loads = list(reversed(target.loads(table, limit=_HISTORY)))
+    loads = target.loads(table, limit=_HISTORY)
+    rewinds = target.rewinds(table, limit=_HISTORY)
     previous = None
-    for load in loads:
-        text = load.get("cursor_after")
+    for commit in sorted([*loads, *rewinds], key=lambda c: c["version"]):
+        text = commit.get("cursor_after")
+        if "rewind" in commit:
+            previous = parse_value(text, kind) if text and text != "-" else None
+            continue
         if not text or text == "-":
             continue
         value = parse_value(text, kind)
         if previous is not None and value < previous:
             return CheckOutcome(
                 False,
-                f"cursor moved backwards at Delta version {load['version']}: "
+                f"cursor moved backwards at Delta version {commit['version']}: "
                 f"{text} after {previous}",
-                {"loads": len(loads), "version": load["version"]},
+                {"loads": len(loads), "version": commit["version"]},
             )
         previous = value
     state = target.state(kind)
-    if previous is not None and state.cursor != previous:
+    if (previous is not None or rewinds) and state.cursor != previous:
         return CheckOutcome(
             False,
             f"application transaction holds {state.cursor}, last commit says {previous}",
             {"loads": len(loads)},
         )
+    plural = "s" if len(rewinds) != 1 else ""
+    rewound = f", {len(rewinds)} recorded rewind{plural} honoured" if rewinds else ""
     return CheckOutcome(
-        True, f"cursor non-decreasing over {len(loads)} loads", {"loads": len(loads)}
+        True,
+        f"cursor non-decreasing over {len(loads)} loads{rewound}",
+        {"loads": len(loads), "rewinds": len(rewinds)},
     )
 
 

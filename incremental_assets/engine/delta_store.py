@@ -35,6 +35,12 @@ from incremental_assets.engine.watermarks import (
 )
 
 META_PREFIX = "incremental_assets."
+# Marks a commit that rewound or reset a table's cursor (``incremental-assets rewind``).
+# It carries no ``incremental_assets.table`` key, so it is not taken for a load.
+REWIND_KEY = f"{META_PREFIX}rewind"
+# The transaction version that stands for "no cursor" after a reset: a Delta application
+# transaction cannot be removed, only given a new version (the protocol lets it decrease).
+NO_CURSOR = -(2**63)
 # Above this many staged rows the merge streams its source (bounded memory) at the price
 # of delta-rs's early file pruning, which needs the source's min/max up front.
 _STREAM_ABOVE_ROWS = 2_000_000
@@ -91,7 +97,7 @@ class DeltaTarget:
             return TargetState(exists=False)
         table = self.open()
         txn = table.transaction_version(app_id(self.table_name))
-        cursor = from_transaction_version(txn, kind) if txn is not None else None
+        cursor = from_transaction_version(txn, kind) if txn not in (None, NO_CURSOR) else None
         if kind == "hybrid" and cursor is not None:
             tiebreak = table.transaction_version(tiebreak_app_id(self.table_name))
             cursor = (cursor, tiebreak if tiebreak is not None else ID_MIN)
@@ -106,10 +112,17 @@ class DeltaTarget:
 
     def loads(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """This loader's commits, newest first, with their metadata and Delta metrics."""
+        return self._commits(f"{META_PREFIX}table", table, limit)
+
+    def rewinds(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
+        """Commits that rewound or reset the cursor, newest first (see ``record_rewind``)."""
+        return self._commits(REWIND_KEY, table, limit)
+
+    def _commits(self, marker: str, table: DeltaTable | None, limit: int | None) -> list[dict]:
         table = table or self.open()
         out = []
         for commit in table.history(limit):
-            if f"{META_PREFIX}table" not in commit:
+            if marker not in commit:
                 continue
             meta = {
                 k.removeprefix(META_PREFIX): v
@@ -122,6 +135,34 @@ class DeltaTarget:
             meta["operation_metrics"] = commit.get("operationMetrics") or {}
             out.append(meta)
         return out
+
+    def record_rewind(
+        self,
+        state: TargetState,
+        kind: WatermarkKind,
+        cursor: WatermarkValue | None,
+        metadata: Mapping[str, Any],
+    ) -> int:
+        """Set the cursor back to ``cursor`` (None: no cursor) in a commit of its own, with
+        ``metadata`` (who, why) beside it; returns the new Delta version.
+
+        The commit holds no data, only the application transaction(s) at their new, lower
+        version. It is made against ``state``'s snapshot: a load that committed since, or
+        commits meanwhile, touches the same transaction and makes one of the two fail.
+        """
+        assert state.table is not None
+        custom = {f"{META_PREFIX}{k}": _plain(v) for k, v in metadata.items()}
+        custom[REWIND_KEY] = self.table_name
+        transactions = self._transactions(kind, cursor)
+        state.table.create_write_transaction(
+            actions=[],
+            mode="append",
+            schema=state.table.schema(),
+            commit_properties=CommitProperties(
+                custom_metadata=custom, app_transactions=transactions
+            ),
+        )
+        return self.open().version()
 
     def last_load(self, table: DeltaTable) -> dict:
         # Most recent commits first; maintenance commits may sit between loads.
@@ -245,15 +286,20 @@ class DeltaTarget:
     ) -> CommitProperties:
         custom = {f"{META_PREFIX}{k}": _plain(v) for k, v in metadata.items()}
         custom[f"{META_PREFIX}table"] = self.table_name
-        transactions = None
-        if cursor is not None:
-            now = int(time.time() * 1000)
-            transactions = [
-                Transaction(app_id(self.table_name), to_transaction_version(cursor, kind), now)
-            ]
-            if isinstance(cursor, tuple):
-                transactions.append(Transaction(tiebreak_app_id(self.table_name), cursor[1], now))
+        transactions = self._transactions(kind, cursor) if cursor is not None else None
         return CommitProperties(custom_metadata=custom, app_transactions=transactions)
+
+    def _transactions(self, kind: WatermarkKind, cursor: WatermarkValue | None) -> list:
+        """The cursor as application transactions (None: the reset marker)."""
+        now = int(time.time() * 1000)
+        if cursor is None:
+            return [Transaction(app_id(self.table_name), NO_CURSOR, now)]
+        transactions = [
+            Transaction(app_id(self.table_name), to_transaction_version(cursor, kind), now)
+        ]
+        if isinstance(cursor, tuple):
+            transactions.append(Transaction(tiebreak_app_id(self.table_name), cursor[1], now))
+        return transactions
 
 
 class Tombstones:
