@@ -1,4 +1,5 @@
-"""Definitions from a project spec: assets, per-table jobs and schedules, resources."""
+"""Definitions from a project spec: assets, per-table jobs and schedules, the maintenance
+job and its schedule, resources."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dagster as dg
 
 from incremental_assets.defs.assets import table_asset
 from incremental_assets.defs.connections import connection_resources
+from incremental_assets.defs.maintenance import maintenance_job, maintenance_schedule
 from incremental_assets.defs.partitions import partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_resource
 from incremental_assets.specs import ProjectSpec
@@ -22,6 +24,10 @@ def build_definitions(
         for spec in project.tables
     ]
     schedules = [dg.build_schedule_from_partitioned_job(job) for job in jobs]
+    if project.tables:
+        maintenance = maintenance_job(project)
+        jobs.append(maintenance)
+        schedules.append(maintenance_schedule(maintenance))
     return dg.Definitions(
         assets=assets,
         jobs=jobs,
