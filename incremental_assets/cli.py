@@ -1,12 +1,46 @@
-"""The ``incremental-assets`` command."""
+"""The ``incremental-assets`` command: the demo, and day-2 operations on the tables of a
+tables file (status, rewind, explain), read from and written to the Delta log."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import getpass
+import json
+import os
 import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class CliError(Exception):
+    """A refused command; the message says what to change."""
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from incremental_assets.demo.run import main as demo_main
+        from incremental_assets.demo.shop_database import DemoDatabaseUnavailable
+
+        try:
+            return demo_main(rounds=args.rounds, postgres=args.postgres)
+        except DemoDatabaseUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    from incremental_assets.engine.errors import IncrementalLoadError
+    from incremental_assets.specs import SpecError
+
+    commands = {"status": _status, "rewind": _rewind, "explain": _explain}
+    try:
+        return commands[args.command](args)
+    except (CliError, IncrementalLoadError, SpecError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="incremental-assets")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="simulate sources and load them through Dagster")
@@ -19,17 +53,309 @@ def main(argv: list[str] | None = None) -> int:
         "INCREMENTAL_ASSETS_DEMO_PG_URL=postgresql://user@host:port/db names (password in "
         "DEMO_SHOP_PASSWORD)",
     )
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from incremental_assets.demo.run import main as demo_main
-        from incremental_assets.demo.shop_database import DemoDatabaseUnavailable
+    tables = {
+        "metavar": "FILE",
+        "help": "the tables file (default: INCREMENTAL_ASSETS_TABLES, else the project's "
+        "tables.yaml)",
+    }
 
-        try:
-            return demo_main(rounds=args.rounds, postgres=args.postgres)
-        except DemoDatabaseUnavailable as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    return 2
+    status = commands.add_parser(
+        "status",
+        help="every table's watermark, lag, last run, row counts and Delta version, read "
+        "from the Delta log (no Spark)",
+    )
+    status.add_argument("--tables", **tables)
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    rewind = commands.add_parser(
+        "rewind",
+        help="move a table's watermark back (or reset it) so the next run re-extracts from "
+        "there; recorded in the Delta history with who and why",
+    )
+    rewind.add_argument("table")
+    to = rewind.add_mutually_exclusive_group(required=True)
+    to.add_argument(
+        "--to",
+        metavar="VALUE",
+        help="the new watermark: an ISO-8601 time for timestamp watermarks (no zone: UTC), "
+        "an integer for id and sequence watermarks, TIME|ID for hybrid ones",
+    )
+    to.add_argument(
+        "--reset", action="store_true", help="no watermark: reload from partitioning.start"
+    )
+    rewind.add_argument("--reason", required=True, help="why, kept in the Delta history")
+    rewind.add_argument("--by", help="who asks (default: the OS user)")
+    rewind.add_argument("--tables", **tables)
+
+    explain = commands.add_parser(
+        "explain",
+        help="plan a run without writing: window, source predicate, rows, target files",
+    )
+    explain.add_argument("table")
+    explain.add_argument(
+        "--partition",
+        help="a partition key (2026-01-02, hourly 2026-01-02-05:00) or a range FIRST...LAST "
+        "(a backfill); default: the latest partition",
+    )
+    explain.add_argument("--tables", **tables)
+    explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+# -- status -------------------------------------------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    from incremental_assets.engine.operations import table_status
+
+    project = _project(args.tables)
+    statuses = [table_status(spec, _target(project, spec)) for spec in project.tables]
+    if args.json:
+        print(json.dumps([s.to_json() for s in statuses], indent=2))
+        return 0
+    header = (
+        "table",
+        "watermark",
+        "lag",
+        "last run",
+        "run",
+        "partition",
+        "mode",
+        "extracted",
+        "inserted",
+        "updated",
+        "deleted",
+        "version",
+        "rows",
+        "files",
+    )
+    rows, notes = [], []
+    for s in statuses:
+        rows.append(_status_row(s, len(header)))
+        if s.rewind is not None:
+            r = s.rewind
+            what = (
+                f"reset (was {r.cursor_before})"
+                if r.cursor_after == "-"
+                else f"rewound from {r.cursor_before} to {r.cursor_after}"
+            )
+            notes.append(
+                f"* {s.table}: {what} at {_text(r.time)} by {r.by}: {r.reason}; the next "
+                "run starts there"
+            )
+    print(_aligned([header, *rows]))
+    for note in notes:
+        print(note)
+    return 0
+
+
+def _status_row(s, columns: int) -> tuple[str, ...]:
+    if not s.loaded:
+        return (s.table, "(not loaded yet)", *["-"] * (columns - 2))
+    run = s.last_run
+    ran = (
+        (
+            _text(run.time),
+            run.run_id[:8],
+            run.partition or "-",
+            run.mode,
+            *map(_text, (run.rows_extracted, run.rows_inserted, run.rows_updated)),
+            _text(run.rows_deleted),
+        )
+        if run
+        else ("-",) * 8
+    )
+    watermark = _text(s.cursor) if s.cursor is not None else "(reset)"
+    watermark += " *" if s.rewind is not None else ""
+    counts = (_text(s.delta_version), _text(s.rows), _text(s.files))
+    return (s.table, watermark, _duration(s.lag_seconds), *ran, *counts)
+
+
+# -- rewind -------------------------------------------------------------------------------
+
+
+def _rewind(args: argparse.Namespace) -> int:
+    from incremental_assets.engine.operations import rewind
+
+    project = _project(args.tables)
+    spec = _table(project, args.table)
+    result = rewind(
+        spec,
+        _target(project, spec),
+        None if args.reset else args.to,
+        by=args.by or _os_user(),
+        reason=args.reason,
+    )
+    action = "reset" if result.cursor_after is None else "rewound"
+    print(
+        f"{result.table}: watermark {action} {_text(result.cursor_before)} -> "
+        f"{_text(result.cursor_after)} in Delta version {result.version}, by {result.by}: "
+        f"{result.reason}"
+    )
+    print(f"The next run of {result.table} reads {result.next_run_reads}.")
+    return 0
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
+
+
+# -- explain ------------------------------------------------------------------------------
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from incremental_assets.engine.explain import explain
+    from incremental_assets.engine.spark_session import local_session
+
+    project = _project(args.tables)
+    spec = _table(project, args.table)
+    request = _request(spec, args.partition)
+    overrides = dict(project.spark.conf)
+    if project.spark.master and not os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER"):
+        overrides["spark.master"] = project.spark.master
+    spark = local_session("incremental-assets-explain", **overrides)
+    plan = explain(spark, spec, _target(project, spec), request)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+        return 0
+    print(f"{plan.table}, partition {plan.partition} ({plan.mode}); nothing is written")
+    lines = [
+        ("watermark", f"{plan.cursor_before} -> {plan.cursor_after}"),
+        ("high-water", f"{plan.high_water} (the source's, captured now)"),
+        ("window", plan.window),
+        ("source", plan.source),
+        ("predicate", plan.predicate),
+    ]
+    if plan.source_files:
+        read, total = plan.source_files
+        lines.append(("source files", f"{read} of {total} after min/max pruning"))
+    lines.append(("rows", f"{plan.rows} in the window (before keeping the newest per key)"))
+    for key, (lo, hi) in plan.key_range.items():
+        lines.append(("key range", f"{key} {lo} .. {hi}"))
+    if plan.target_files is None:
+        lines.append(("target files", plan.note))
+    else:
+        touched = f"{len(plan.target_files)} of {plan.target_files_total}"
+        size = f" ({_bytes(plan.target_bytes or 0)})" if plan.target_files else ""
+        lines.append(("target files", f"{touched}{size} the merge may rewrite, by key range"))
+        lines += [("", path) for path in plan.target_files[:5]]
+        if len(plan.target_files) > 5:
+            lines.append(("", f"... {len(plan.target_files) - 5} more (--json lists all)"))
+        if plan.note:
+            lines.append(("", plan.note))
+    width = max(len(label) for label, _ in lines)
+    for label, text in lines:
+        print(f"  {label:<{width}}  {text}")
+    return 0
+
+
+def _request(spec, partition: str | None):
+    from incremental_assets.defs.partitions import partitions_for
+    from incremental_assets.engine.windows import LoadRequest
+
+    partitions = partitions_for(spec)
+    if partition is None:
+        partition = partitions.get_last_partition_key()
+        if partition is None:
+            raise CliError(
+                f"table '{spec.name}' has no partition yet (partitioning.start is "
+                f"{spec.partitioning.start.isoformat()}); pass --partition"
+            )
+    first, _, last = partition.partition("...")
+    last = last or first
+    for key in (first, last):
+        if not partitions.has_partition_key(key):
+            example = partitions.get_last_partition_key() or "-"
+            raise CliError(
+                f"'{key}' is not a partition of table '{spec.name}' "
+                f"({spec.partitioning.granularity} partitions from "
+                f"{partitions.get_first_partition_key()} to {example}); pass e.g. "
+                f"--partition {example}"
+            )
+    start = partitions.time_window_for_partition_key(first).start
+    end = partitions.time_window_for_partition_key(last).end
+    if end <= start:
+        raise CliError(f"partition range {partition} is empty; write FIRST...LAST, in order")
+    return LoadRequest(
+        partition_start=start,
+        partition_end=end,
+        backfill=first != last,
+        run_id="explain",
+        partition_label=partition,
+    )
+
+
+# -- shared -------------------------------------------------------------------------------
+
+
+def _tables_path(arg: str | None) -> Path:
+    # The same default as the Dagster code location (incremental_assets.definitions).
+    return Path(arg or os.environ.get("INCREMENTAL_ASSETS_TABLES") or PROJECT_ROOT / "tables.yaml")
+
+
+def _project(arg: str | None):
+    from incremental_assets.specs import load_project
+
+    path = _tables_path(arg)
+    if not path.is_file():
+        raise CliError(
+            f"tables file {path} does not exist; pass --tables FILE or set "
+            "INCREMENTAL_ASSETS_TABLES"
+        )
+    return load_project(path)
+
+
+def _table(project, name: str):
+    names = [t.name for t in project.tables]
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise CliError(f"no table named '{name}'{hint}; tables are: {', '.join(names)}")
+    return project.table(name)
+
+
+def _target(project, spec):
+    from incremental_assets.engine.delta_store import DeltaTarget
+
+    # Object stores: delta-rs reads credentials from the environment (AWS_*, AZURE_*, ...).
+    return DeltaTarget(spec.name, project.target_path(spec))
+
+
+def _text(value: object) -> str:
+    from incremental_assets.engine.watermarks import format_value
+
+    return format_value(value) if value is not None else "-"  # type: ignore[arg-type]
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    shown = [f"{n}{unit}" for n, unit in parts if n][:2]
+    return " ".join(shown) or "0s"
+
+
+def _bytes(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return f"{size} B"
+
+
+def _aligned(rows: list[tuple]) -> str:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 if __name__ == "__main__":
