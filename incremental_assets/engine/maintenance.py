@@ -6,8 +6,8 @@ Maintenance commits carry ``incremental_assets.maintenance`` and never
 transaction, so the cursor stays as it is. Compaction rewrites files without changing a
 row (``dataChange: false``); vacuum only deletes files the log has removed, longer ago than
 the retention (files a running load may still be writing are not in the log and are never
-touched). A table's side tables (``<target>__tombstones``, ``<target>__changes``) are
-maintained with it.
+touched). A table's side tables (``<target>__tombstones``, ``__changes``, ``__quarantine``,
+``__files``) are maintained with it.
 
 Example:
     >>> maintain_table(DeltaTarget("orders", path), MaintenanceSettings())  # doctest: +SKIP
@@ -25,7 +25,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.fs import DeltaStorageHandler
 
 from incremental_assets.engine import delta_io
-from incremental_assets.engine.delta_store import ChangeLog, DeltaTarget, Tombstones
+from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.errors import IncrementalLoadError
 
 MAINTENANCE_KEY = "incremental_assets.maintenance"
@@ -99,9 +99,18 @@ class MaintenanceResult:
         }
 
 
+# Sibling Delta tables ``<target>__<suffix>`` the loader keeps beside a target: CDC
+# tombstones, an SCD2 change log, quarantined rows, the index of landed files.
+SIDE_TABLES = ("tombstones", "changes", "quarantine", "files")
+
+
 def side_tables(target: DeltaTarget) -> list[DeltaTarget]:
-    """The table's sibling Delta tables that exist (CDC tombstones, SCD2 change log)."""
-    siblings = [Tombstones(target).location, ChangeLog(target).location]
+    """The table's sibling Delta tables that exist."""
+    root = target.path.rstrip("/")
+    siblings = [
+        DeltaTarget(f"{target.table_name}__{suffix}", f"{root}__{suffix}", target.storage_options)
+        for suffix in SIDE_TABLES
+    ]
     return [s for s in siblings if s.exists()]
 
 
