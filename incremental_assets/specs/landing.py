@@ -1,0 +1,70 @@
+"""Landing-zone sources: a folder that receives whole files, each loaded exactly once into
+an append-only bronze table.
+
+Example:
+    .. code-block:: yaml
+
+        - name: invoices_bronze
+          source:
+            format: json
+            path: ./landing/invoices
+            schema: "InvoiceNumber STRING, CreatedTime BIGINT, StoreID STRING"
+            landing: {settle: 30s, quarantine: ./landing/invoices/_quarantine}
+          strategy: append
+          partitioning: {granularity: daily, start: 2026-01-01}
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from incremental_assets.specs.durations import parse_duration
+
+SOURCE_FILE = "_ia_source_file"
+"""The path of the file a bronze row came from."""
+FILE_VERSION = "_ia_file_version"
+"""Which content of that file: ``<size>-<modification time in ns>``."""
+FILE_ROW = "_ia_file_row"
+"""The row's position in its file (1-based)."""
+INGESTED_AT = "_ia_ingested_at"
+"""When the run that loaded the row started: the bronze table's partition column."""
+FILE_KEYS = (SOURCE_FILE, FILE_VERSION, FILE_ROW)
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class LandingSpec(BaseModel):
+    """How files arrive in a landing folder and where malformed ones go."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    settle: Duration = Field(
+        default=timedelta(seconds=30),
+        description="A file is read only once its modification time is at least this old "
+        "(a writer still appending keeps touching it).",
+    )
+    marker: str | None = Field(
+        default=None,
+        description="Suffix of a marker file, e.g. '.done': a file is read only once "
+        "'<file><marker>' exists. Marker files themselves are never loaded.",
+    )
+    quarantine: str | None = Field(
+        default=None,
+        description="Folder malformed files are moved to, with a '<file>.reason.txt' beside "
+        "each; default '<path>/_quarantine'. A relative path resolves against source.path.",
+    )
+    pattern: str | None = Field(
+        default=None,
+        description="Only names matching this glob, e.g. '*.json' (default: every file not "
+        "starting with '.' or '_').",
+    )
+
+    @field_validator("marker")
+    @classmethod
+    def _suffix(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "/" in value):
+            raise ValueError(f"{value!r}: a marker is a file-name suffix such as '.done'")
+        return value
