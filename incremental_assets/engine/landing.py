@@ -1,0 +1,509 @@
+"""Landing-zone files into an append-only bronze Delta table, each file version once.
+
+A file is identified by its path and version (size and modification time): a file
+rewritten in place is a new version and is loaded again; the rows of both versions stay
+in bronze, tagged, and silver keeps the newest version of each file (``newest_versions``).
+
+Exactly once:
+
+1. Every bronze row carries its key (file path, file version, row number in the file), and
+   rows are merged insert-if-absent on that key: loading a file version twice, after a
+   crash or by two racing runs, adds nothing the second time.
+2. The commit that adds a file's rows lists the file in its commit metadata
+   (``incremental_assets.files``): the set of loaded files is committed with the data.
+3. A sibling Delta table ``<target>__files`` indexes loaded and quarantined files, so a
+   run lists the folder without re-reading old files. It is written after the bronze
+   commit and is only a cache: a run first adds the files of bronze commits newer than
+   the index (step 2), and a file missing from both is merely read again (step 1).
+
+Files still being written are skipped until their modification time is ``settle`` old
+(and, with ``marker``, until ``<file><marker>`` exists). A malformed file (a line that does
+not parse against the schema, an unreadable Parquet footer) is moved to the quarantine
+folder with ``<file>.reason.txt`` and does not stop the other files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+from deltalake import write_deltalake
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from incremental_assets.engine.delta_store import CommitResult, DeltaTarget
+from incremental_assets.engine.errors import SourceNotFoundError
+from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.strategies import merge_plan
+from incremental_assets.engine.transforms import quote
+from incremental_assets.specs import TableSpec
+from incremental_assets.specs.landing import (
+    FILE_KEYS,
+    FILE_ROW,
+    FILE_VERSION,
+    INGESTED_AT,
+    SOURCE_FILE,
+    LandingSpec,
+)
+
+CORRUPT = "_ia_corrupt_record"
+_URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://")
+
+
+@dataclass(frozen=True, order=True)
+class LandedFile:
+    """One version of one file in the landing folder."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def version(self) -> str:
+        return f"{self.size}-{self.mtime_ns}"
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return (self.path, self.version)
+
+    @property
+    def modified(self) -> datetime:
+        return datetime.fromtimestamp(self.mtime_ns / 1e9, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Listing:
+    ready: list[LandedFile]
+    waiting: list[LandedFile]
+
+
+@dataclass(frozen=True)
+class LandingReport:
+    """What a landing run did with the files it saw."""
+
+    files_seen: int
+    files_loaded: list[LandedFile] = field(default_factory=list)
+    files_already_loaded: int = 0
+    files_waiting: int = 0
+    files_changed_while_read: int = 0
+    quarantined: dict[str, str] = field(default_factory=dict)
+    """Original path -> reason, for the files moved to the quarantine this run."""
+    rows_read: int = 0
+    commit: CommitResult | None = None
+
+
+def quarantine_dir(source_path: str, landing: LandingSpec) -> str:
+    if landing.quarantine is None:
+        return os.path.join(source_path, "_quarantine")
+    return os.path.join(source_path, landing.quarantine)  # absolute paths win in join
+
+
+def list_files(source_path: str, landing: LandingSpec, now: datetime | None = None) -> Listing:
+    """The files under ``source_path`` (names starting with '.' or '_' are skipped, as
+    Spark does), split into ready ones and ones still settling or missing their marker."""
+    if source_path.startswith(_URI):
+        raise NotImplementedError("landing folders on object stores are not supported yet")
+    now = now or datetime.now(timezone.utc)
+    limit_ns = int((now - landing.settle).timestamp() * 1e9)
+    entries = list(_walk(source_path))
+    names = {path for path, _ in entries}
+    ready, waiting = [], []
+    for path, stat in entries:
+        name = os.path.basename(path)
+        if landing.marker and name.endswith(landing.marker):
+            continue
+        if landing.pattern and not fnmatch.fnmatch(name, landing.pattern):
+            continue
+        if name.endswith(".reason.txt"):
+            continue
+        landed = LandedFile(path, stat.st_size, stat.st_mtime_ns)
+        marked = not landing.marker or f"{path}{landing.marker}" in names
+        (ready if marked and stat.st_mtime_ns <= limit_ns else waiting).append(landed)
+    return Listing(sorted(ready), sorted(waiting))
+
+
+def _walk(root: str) -> Iterable[tuple[str, os.stat_result]]:
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name.startswith((".", "_")):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(entry.path)
+        elif entry.is_file():
+            yield entry.path, entry.stat()
+
+
+class FileIndex:
+    """Loaded and quarantined file versions in ``<target>__files`` (a cache; see the module
+    docstring): one row per file version, with the bronze version that holds it."""
+
+    SCHEMA = pa.schema(
+        [
+            ("path", pa.string()),
+            ("version", pa.string()),
+            ("size", pa.int64()),
+            ("mtime_ns", pa.int64()),
+            ("status", pa.string()),
+            ("rows", pa.int64()),
+            ("bronze_version", pa.int64()),
+            ("reason", pa.string()),
+            ("recorded_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
+    def __init__(self, target: DeltaTarget):
+        self.location = DeltaTarget(
+            f"{target.table_name}__files",
+            f"{target.path.rstrip('/')}__files",
+            target.storage_options,
+        )
+
+    def read(self) -> pa.Table:
+        if not self.location.exists():
+            return self.SCHEMA.empty_table()
+        return self.location.open().to_pyarrow_table(
+            columns=["path", "version", "status", "bronze_version"]
+        )
+
+    def known(self) -> set[tuple[str, str]]:
+        table = self.read()
+        return set(zip(table["path"].to_pylist(), table["version"].to_pylist(), strict=True))
+
+    def indexed_bronze_version(self) -> int:
+        table = self.read()
+        if table.num_rows == 0:
+            return -1
+        value = pc.max(table["bronze_version"]).as_py()
+        return -1 if value is None else int(value)
+
+    def record(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        now = datetime.now(timezone.utc)
+        table = pa.Table.from_pylist([{**r, "recorded_at": now} for r in rows], self.SCHEMA)
+        options = self.location.storage_options or None
+        if not self.location.exists():
+            write_deltalake(self.location.path, table, mode="append", storage_options=options)
+            return
+        (
+            self.location.open()
+            .merge(
+                table,
+                "t.path = s.path AND t.version = s.version",
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+
+def loaded_files(target: DeltaTarget) -> set[tuple[str, str]]:
+    """File versions already in bronze or quarantined: the index, completed from the bronze
+    commits it has not caught up with (their metadata lists the files they added)."""
+    index = FileIndex(target)
+    known = index.known()
+    if not target.exists():
+        return known
+    table = target.open()
+    behind = table.version() - index.indexed_bronze_version()
+    if behind <= 0:
+        return known
+    missed = []
+    for load in target.loads(table, limit=behind):
+        for path, version, rows in json.loads(load.get("files") or "[]"):
+            known.add((path, version))
+            size, mtime = (int(v) for v in version.split("-"))
+            missed.append(_index_row(LandedFile(path, size, mtime), "loaded", rows, load))
+    index.record(missed)
+    return known
+
+
+def _index_row(file: LandedFile, status: str, rows: int, load: Mapping | None, reason=""):
+    return {
+        "path": file.path,
+        "version": file.version,
+        "size": file.size,
+        "mtime_ns": file.mtime_ns,
+        "status": status,
+        "rows": rows,
+        "bronze_version": int(load["version"]) if load else -1,
+        "reason": reason,
+    }
+
+
+def pending_files(spec: TableSpec, target: DeltaTarget, now: datetime | None = None):
+    """Ready files not yet loaded or quarantined, and the listing they came from."""
+    landing = _landing(spec)
+    listing = list_files(str(spec.source.path), landing, now)
+    known = loaded_files(target)
+    return [f for f in listing.ready if f.identity not in known], listing
+
+
+def load_landing(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    *,
+    run_id: str = "manual",
+    partition_label: str = "",
+    staging_dir: str | None = None,
+    now: datetime | None = None,
+) -> LandingReport:
+    """Load the landing folder's new file versions into ``target`` (bronze), exactly once.
+
+    Raises:
+        SourceNotFoundError: the landing folder does not exist.
+    """
+    source_path = str(spec.source.path)
+    if not source_path.startswith(_URI) and not os.path.isdir(source_path):
+        raise SourceNotFoundError(
+            spec.name,
+            f"landing folder {source_path} does not exist.",
+            "create it, or correct source.path in the table spec",
+        )
+    landing = _landing(spec)
+    started = now or datetime.now(timezone.utc)
+    pending, listing = pending_files(spec, target, started)
+    already = len(listing.ready) - len(pending)
+    if not pending:
+        return LandingReport(len(listing.ready), [], already, len(listing.waiting))
+
+    stage_root = tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir)
+    try:
+        quarantined: dict[str, str] = {}
+        readable = pending
+        if spec.source.format == "parquet":
+            readable, quarantined = _unreadable_parquet(pending)
+        raw_path = f"{stage_root}/raw"
+        stats: dict[str, dict] = {}
+        if readable:
+            _read(spark, spec, readable).write.mode("overwrite").parquet(raw_path)
+            stats = _file_stats(raw_path)
+        good, changed = [], 0
+        for file in readable:
+            stat = stats.get(file.path)
+            if stat is None:
+                good.append((file, 0))  # an empty file: nothing to load, but it is seen
+            elif stat["corrupt"]:
+                quarantined[file.path] = (
+                    f"{stat['corrupt']} of {stat['rows']} rows do not match source.schema; "
+                    f"first: {stat['example'][:300]!r}"
+                )
+            elif stat["size"] != file.size or stat["mtime_ms"] != file.mtime_ns // 1_000_000:
+                changed += 1  # rewritten while read: the next run reads the new version
+            else:
+                good.append((file, stat["rows"]))
+        loaded = [f for f, _ in good]
+        increment_path = f"{stage_root}/increment"
+        rows_read, commit = 0, None
+        if any(n for _, n in good):
+            rows_read = _stage_increment(spark, raw_path, loaded, started, increment_path)
+            commit = _commit(spec, target, increment_path, good, run_id, partition_label)
+        crash_point("after_commit")
+        load = {"version": commit.version} if commit and commit.version is not None else None
+        FileIndex(target).record(
+            [_index_row(f, "loaded", n, load) for f, n in good]
+            + [
+                _index_row(f, "quarantined", 0, None, quarantined[f.path])
+                for f in pending
+                if f.path in quarantined
+            ]
+        )
+        _move_to_quarantine(source_path, quarantine_dir(source_path, landing), quarantined)
+    finally:
+        shutil.rmtree(stage_root, ignore_errors=True)
+    return LandingReport(
+        files_seen=len(listing.ready),
+        files_loaded=loaded,
+        files_already_loaded=already,
+        files_waiting=len(listing.waiting),
+        files_changed_while_read=changed,
+        quarantined=quarantined,
+        rows_read=rows_read,
+        commit=commit,
+    )
+
+
+def _landing(spec: TableSpec) -> LandingSpec:
+    landing = spec.source.landing
+    assert landing is not None, f"{spec.name} is not a landing table"
+    return landing
+
+
+def _unreadable_parquet(files: list[LandedFile]) -> tuple[list[LandedFile], dict[str, str]]:
+    good, bad = [], {}
+    for file in files:
+        try:
+            pq.read_metadata(file.path)
+            good.append(file)
+        except Exception as exc:
+            bad[file.path] = f"not a readable Parquet file: {exc}"
+    return good, bad
+
+
+def _read(spark: SparkSession, spec: TableSpec, files: list[LandedFile]) -> DataFrame:
+    """The files' rows with their file, size, modification time and row number, and for
+    JSON/CSV the raw text of rows that do not parse against the schema."""
+    source = spec.source
+    reader = spark.read.format(source.format).options(**dict(source.options))
+    if source.format == "csv":
+        reader = reader.option("header", source.options.get("header", "true"))
+    if source.format in ("json", "csv"):
+        reader = reader.options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT).schema(
+            f"{source.schema_ddl}, {CORRUPT} STRING"
+        )
+    elif source.schema_ddl:
+        reader = reader.schema(source.schema_ddl)
+    df = reader.load([f.path for f in files])
+    if CORRUPT not in df.columns:
+        df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
+    # Splits of one file are ordered by their offset, rows within a split by position.
+    order = Window.partitionBy("_f_path").orderBy("_f_start", "_f_pos")
+    return (
+        df.withColumn("_f_path", F.col("_metadata.file_path"))
+        .withColumn("_f_size", F.col("_metadata.file_size"))
+        .withColumn("_f_mtime_ms", F.unix_millis(F.col("_metadata.file_modification_time")))
+        .withColumn("_f_start", F.col("_metadata.file_block_start"))
+        .withColumn("_f_pos", F.monotonically_increasing_id())
+        .withColumn(FILE_ROW, F.row_number().over(order).cast("long"))
+        .drop("_f_start", "_f_pos")
+    )
+
+
+def _local_path(uri: str) -> str:
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    elif uri.startswith("file:"):
+        uri = uri[len("file:") :]
+    return unquote(uri)
+
+
+def _file_stats(raw_path: str) -> dict[str, dict]:
+    """Per file (by local path): rows, corrupt rows with one example, size and mtime as
+    Spark read them. Read from the staged copy with Arrow, not a second Spark pass."""
+    table = pads.dataset(raw_path, format="parquet").to_table(
+        columns=["_f_path", "_f_size", "_f_mtime_ms", CORRUPT]
+    )
+    stats: dict[str, dict] = {}
+    grouped = table.group_by("_f_path").aggregate(
+        [
+            ("_f_path", "count"),
+            (CORRUPT, "count"),
+            (CORRUPT, "min"),
+            ("_f_size", "max"),
+            ("_f_mtime_ms", "max"),
+        ]
+    )
+    for row in grouped.to_pylist():
+        stats[_local_path(row["_f_path"])] = {
+            "rows": int(row["_f_path_count"]),
+            "corrupt": int(row[f"{CORRUPT}_count"]),
+            "example": row[f"{CORRUPT}_min"] or "",
+            "size": int(row["_f_size_max"]),
+            "mtime_ms": int(row["_f_mtime_ms_max"]),
+        }
+    return stats
+
+
+def _stage_increment(
+    spark: SparkSession,
+    raw_path: str,
+    files: list[LandedFile],
+    ingested_at: datetime,
+    increment_path: str,
+) -> int:
+    """The good files' rows, keyed (file, version, row) and stamped with the ingestion time;
+    the file identity comes from the listing, joined on the path Spark read."""
+    raw = spark.read.parquet(raw_path)
+    uris = raw.select("_f_path").distinct().collect()
+    by_local = {_local_path(r["_f_path"]): r["_f_path"] for r in uris}
+    names = [(by_local[f.path], f.path, f.version) for f in files if f.path in by_local] or [
+        ("", "", "")
+    ]
+    chosen = spark.createDataFrame(names, "_f_path STRING, _p STRING, _v STRING")
+    data = [c for c in raw.columns if not c.startswith("_f_") and c not in (CORRUPT, FILE_ROW)]
+    # Microseconds, not a datetime literal: PySpark reads naive datetimes in local time.
+    stamp = F.timestamp_micros(F.lit(int(ingested_at.timestamp() * 1_000_000)))
+    (
+        raw.join(F.broadcast(chosen), "_f_path")
+        .select(
+            F.col("_p").alias(SOURCE_FILE),
+            F.col("_v").alias(FILE_VERSION),
+            F.col(FILE_ROW),
+            stamp.alias(INGESTED_AT),
+            *[F.col(quote(c)) for c in data],
+        )
+        .write.mode("overwrite")
+        .parquet(increment_path)
+    )
+    return pads.dataset(increment_path, format="parquet").count_rows()
+
+
+def _commit(
+    spec: TableSpec,
+    target: DeltaTarget,
+    increment_path: str,
+    good: list[tuple[LandedFile, int]],
+    run_id: str,
+    partition_label: str,
+) -> CommitResult:
+    """Merge the rows insert-if-absent on (file, version, row), listing the files in the
+    same commit's metadata."""
+    state = target.state("timestamp")
+    files = [[f.path, f.version, n] for f, n in good if n]
+    return target.commit(
+        state,
+        increment_path,
+        merge_plan("append", list(FILE_KEYS), INGESTED_AT),
+        kind="timestamp",
+        cursor_before=None,
+        cursor_after=None,
+        metadata={
+            "run_id": run_id,
+            "partition": partition_label,
+            "mode": "landing",
+            "files": files,
+            "files_loaded": len(files),
+        },
+        partition_by=list(spec.target.partition_by),
+        add_new_columns=spec.on_schema_change == "append_new_columns",
+    )
+
+
+def _move_to_quarantine(root: str, folder: str, reasons: dict[str, str]) -> None:
+    for path, reason in reasons.items():
+        relative = os.path.relpath(path, root)
+        destination = os.path.join(folder, relative)
+        if os.path.exists(destination):
+            destination = f"{destination}.{time.time_ns()}"
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        shutil.move(path, destination)
+        with open(f"{destination}.reason.txt", "w") as handle:
+            handle.write(reason + "\n")
+
+
+def newest_versions(bronze: DataFrame) -> DataFrame:
+    """Bronze rows of the newest loaded version of each file: what silver reads, so a file
+    rewritten in place replaces its earlier rows instead of adding to them."""
+    newest = Window.partitionBy(SOURCE_FILE)
+    return (
+        bronze.withColumn("_newest", F.max(INGESTED_AT).over(newest))
+        .filter(F.col(INGESTED_AT) == F.col("_newest"))
+        .drop("_newest")
+    )
