@@ -14,6 +14,11 @@ from incremental_assets.defs.connections import (
     retry_policy,
 )
 from incremental_assets.defs.connections import pool_name as connection_pool
+from incremental_assets.defs.landing import (
+    landing_check_results,
+    landing_check_specs,
+    landing_metadata,
+)
 from incremental_assets.defs.metadata import load_metadata
 from incremental_assets.defs.partitions import load_request, partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
@@ -53,7 +58,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         f"{wm.kind} watermark '{wm.column}' into Delta table {target_path}.",
         partitions_def=partitions_for(spec),
         backfill_policy=dg.BackfillPolicy.single_run(),
-        check_specs=check_specs(spec),
+        check_specs=[*check_specs(spec), *landing_check_specs(spec)],
         kinds={"spark", "delta"},
         pool=pool_name(spec),
         retry_policy=retry_policy(connection) if connection else None,
@@ -98,7 +103,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
             f"{format_value(result.cursor_before)} -> {format_value(result.cursor_after)}"
         )
         rows = row_count(target.open()) if target.exists() else None
-        metadata = load_metadata(result, rows, target_path)
+        metadata = {**load_metadata(result, rows, target_path), **landing_metadata(result)}
         if unrecorded:
             metadata["recovered_commits"] = ", ".join(str(v) for v in unrecorded)
             context.log.warning(
@@ -107,7 +112,11 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
                 "continued from it."
             )
         return dg.MaterializeResult(
-            metadata=metadata, check_results=check_results(session, spec, target, result)
+            metadata=metadata,
+            check_results=[
+                *check_results(session, spec, target, result),
+                *landing_check_results(result),
+            ],
         )
 
     return _load

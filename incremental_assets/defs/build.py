@@ -7,6 +7,7 @@ import dagster as dg
 
 from incremental_assets.defs.assets import table_asset
 from incremental_assets.defs.connections import connection_resources
+from incremental_assets.defs.landing import landing_sensor
 from incremental_assets.defs.maintenance import maintenance_job, maintenance_schedule
 from incremental_assets.defs.partitions import partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_resource
@@ -24,6 +25,12 @@ def build_definitions(
         for spec in project.tables
     ]
     schedules = [dg.build_schedule_from_partitioned_job(job) for job in jobs]
+    # Landing folders: a sensor per table starts its load job when new files are ready.
+    sensors = [
+        landing_sensor(project, spec, job)
+        for spec, job in zip(project.tables, jobs, strict=True)
+        if spec.landing is not None
+    ]
     if project.tables:
         maintenance = maintenance_job(project)
         jobs.append(maintenance)
@@ -32,6 +39,7 @@ def build_definitions(
         assets=assets,
         jobs=jobs,
         schedules=schedules,
+        sensors=sensors,
         resources={
             "spark": spark_resource(project.spark),
             "warehouse": DeltaWarehouse(),

@@ -46,8 +46,10 @@ from pyspark.sql import functions as F
 from incremental_assets.engine.delta_store import CommitResult, DeltaTarget
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.strategies import merge_plan
 from incremental_assets.engine.transforms import quote
+from incremental_assets.engine.windows import LoadRequest
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.landing import (
     FILE_KEYS,
@@ -506,4 +508,48 @@ def newest_versions(bronze: DataFrame) -> DataFrame:
         bronze.withColumn("_newest", F.max(INGESTED_AT).over(newest))
         .filter(F.col(INGESTED_AT) == F.col("_newest"))
         .drop("_newest")
+    )
+
+
+def run_landing_load(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    request: LoadRequest,
+    staging_dir: str | None = None,
+) -> LoadResult:
+    """``run_load`` for a landing table: every pending file whatever the partition (the
+    partition labels the run; bronze rows are cut by ingestion time)."""
+    started = time.perf_counter()
+    clock = datetime.now(timezone.utc)
+    report = load_landing(
+        spark,
+        spec,
+        target,
+        run_id=request.run_id,
+        partition_label=request.partition_label,
+        staging_dir=staging_dir,
+        now=clock,
+    )
+    commit = report.commit
+    committed = bool(commit and commit.committed)
+    return LoadResult(
+        table=spec.name,
+        mode="landing",
+        window=f"{len(report.files_loaded)} new file versions of {report.files_seen} ready",
+        cursor_before=None,
+        cursor_after=None,
+        high_water=None,
+        rows_extracted=report.rows_read,
+        rows_staged=report.rows_read,
+        rows_inserted=commit.rows_inserted if commit else 0,
+        rows_updated=0,
+        rows_deleted=0,
+        committed=committed,
+        delta_version=commit.version if commit else target.state("timestamp").version,
+        lag_seconds=None,
+        phase_seconds={"total": round(time.perf_counter() - started, 3)},
+        files_added=commit.files_added if commit else 0,
+        source=f"{spec.source.format} landing folder {spec.source.path}",
+        landing=report,
     )

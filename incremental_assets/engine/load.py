@@ -93,6 +93,8 @@ class LoadResult:
     changes: dict[str, int] = field(default_factory=dict)
     unchanged: int | None = None
     quality: quality.QualityReport | None = None
+    # Landing tables: the files seen, loaded, waiting and quarantined (landing.LandingReport).
+    landing: object | None = None
 
     @property
     def rows_unchanged(self) -> int:
@@ -188,6 +190,11 @@ def run_load(
     Raises:
         IncrementalLoadError: bad source, schema or rows; nothing is committed.
     """
+    if spec.landing is not None:
+        # A landing folder is loaded by file, not by watermark window (engine/landing.py).
+        from incremental_assets.engine.landing import run_landing_load
+
+        return run_landing_load(spark, spec, target, request, staging_dir)
     hook = hook or (lambda _phase: None)
     phase = _Phases()
     started = time.perf_counter()
