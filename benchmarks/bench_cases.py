@@ -21,8 +21,9 @@ add a ``Case`` to ``CASES``; for example an SCD2 history fed by the change feed:
         note="...",
     )
 
-and ``--cases scd2_cdc`` runs it. Every case's incremental target is checked against a
-full reload of the same source (row counts; row by row with ``--verify``).
+and ``--cases scd2_cdc`` runs it. A case's incremental target is checked against a full
+reload of the same source (row counts; row by row with ``--verify``) unless
+``reload_equal=False`` (SCD2 fed by ``ORDERS``, whose source keeps no history).
 """
 
 from __future__ import annotations
@@ -362,6 +363,10 @@ class Case:
     expect: Callable[[Increment], Counts] | None
     sizes: tuple[int, ...] = (5_000_000,)  # default target sizes
     note: str = ""
+    # Whether a full reload of the source rebuilds the incremental target exactly. Not
+    # for a history (scd2) fed by a table that keeps only current rows: its reload lacks
+    # the closed versions.
+    reload_equal: bool = True
 
     def spec(self, source: str, target: str) -> TableSpec:
         return self.scenario.spec(source, target, self.strategy)

@@ -272,6 +272,8 @@ def check(result: CaseResult, args, spark, spec, target) -> str:
         problems.append(f"incremental wrote +{reported[0]} ~{reported[1]} -{reported[2]}")
     if result.empty.committed:
         problems.append("the empty run committed")
+    if not result.case.reload_equal:
+        return "; ".join(problems)
     if result.rows_incremental_target != result.rows_full_target:
         problems.append(
             f"target has {result.rows_incremental_target} rows, full reload "
