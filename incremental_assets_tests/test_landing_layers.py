@@ -1,0 +1,93 @@
+"""Bronze -> silver -> gold for invoices: each layer reads only what changed upstream, and
+gold always equals a from-scratch aggregation of silver."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from deltalake import DeltaTable
+
+from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.invoices import (
+    daily_sales,
+    gold_from_silver,
+    silver_from_bronze,
+)
+from incremental_assets.engine.landing import load_landing
+from incremental_assets_tests.test_landing import NOW, OLD, drop, invoice, landing_spec
+
+DAY = 86_400_000
+
+
+def on_day(number: int, day: int, **kwargs) -> dict:
+    row = invoice(number, **kwargs)
+    row["CreatedTime"] = 1767225600000 + day * DAY + number * 1000  # 2026-01-01 + day
+    return row
+
+
+def gold_rows(target: DeltaTarget) -> list[tuple]:
+    rows = DeltaTable(target.path).to_pyarrow_table().to_pylist()
+    return sorted(
+        (
+            str(r["invoice_date"]),
+            r["StoreID"],
+            r["PaymentMethod"],
+            r["invoices"],
+            r["items"],
+            round(r["sales"], 6),
+        )
+        for r in rows
+    )
+
+
+def scratch(spark, silver: DeltaTarget) -> list[tuple]:
+    rows = daily_sales(spark.read.parquet(*DeltaTable(silver.path).file_uris())).collect()
+    return sorted(
+        (
+            str(r["invoice_date"]),
+            r["StoreID"],
+            r["PaymentMethod"],
+            r["invoices"],
+            r["items"],
+            round(r["sales"], 6),
+        )
+        for r in rows
+    )
+
+
+def test_silver_and_gold_follow_bronze_incrementally_and_match_a_full_recompute(spark, tmp_path):
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    spec = landing_spec(folder)
+    wh = tmp_path / "warehouse"
+    bronze = DeltaTarget("invoices_bronze", str(wh / "bronze"))
+    silver = DeltaTarget("invoices_silver", str(wh / "silver"))
+    gold = DeltaTarget("invoices_gold", str(wh / "gold"))
+
+    drop(folder, "a.json", [on_day(1, 0), on_day(2, 0, store="S2", items=3)])
+    drop(folder, "b.json", [on_day(3, 1)])
+    load_landing(spark, spec, bronze, now=NOW)
+    first = silver_from_bronze(spark, bronze, silver)
+    assert first.rows_written == 7  # 2 + 3 + 2 lines
+    gold_first = gold_from_silver(spark, silver, gold)
+    assert [d.isoformat() for d in gold_first.days] == ["2026-01-01", "2026-01-02"]
+    assert gold_rows(gold) == scratch(spark, silver)
+
+    # Nothing new upstream: neither layer commits.
+    versions = (DeltaTable(silver.path).version(), DeltaTable(gold.path).version())
+    assert silver_from_bronze(spark, bronze, silver).version is None
+    assert gold_from_silver(spark, silver, gold).version is None
+    assert (DeltaTable(silver.path).version(), DeltaTable(gold.path).version()) == versions
+
+    # A new file for day 3 and b.json rewritten in place (INV3 now has 3 lines): silver
+    # upserts the lines, gold recomputes only days 2 and 3.
+    drop(folder, "c.json", [on_day(4, 2)])
+    drop(folder, "b.json", [on_day(3, 1, items=3)], modified=OLD + timedelta(minutes=1))
+    load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=10))
+    second = silver_from_bronze(spark, bronze, silver)
+    assert second.upstream_from == first.upstream_to
+    silver_rows = DeltaTable(silver.path).to_pyarrow_table().num_rows
+    assert silver_rows == 10  # 7 + one new line of INV3 + 2 lines of INV4
+    gold_second = gold_from_silver(spark, silver, gold)
+    assert [d.isoformat() for d in gold_second.days] == ["2026-01-02", "2026-01-03"]
+    assert gold_rows(gold) == scratch(spark, silver)
