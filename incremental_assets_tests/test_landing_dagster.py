@@ -134,3 +134,45 @@ def test_bronze_run_loads_good_files_and_reports_the_quarantined_one(tmp_path, i
     assert event.metadata["files_loaded"].value == 0
     assert DeltaTable(project.target.path).version() == version
     assert DeltaTable(project.target.path).to_pyarrow_table().num_rows == 2
+
+
+def test_silver_and_gold_materialize_by_themselves_after_bronze(tmp_path, instance, spark):
+    root = tmp_path / "refined"
+    root.mkdir()
+    (root / "landing" / "invoices").mkdir(parents=True)
+    (root / "tables.yaml").write_text(
+        TABLES_YAML.replace("{settle: 30s}", "{settle: 30s, refine: invoices}")
+    )
+    defs = build_definitions(load_project(root / "tables.yaml"))
+    path = root / "landing" / "invoices" / "a.json"
+    path.write_text(lines(1, 2))
+    os.utime(path, (time.time() - 3600, time.time() - 3600))
+
+    def run(names: list[str], partition: str | None = None):
+        result = dg.materialize(
+            [defs.get_assets_def(name) for name in names],
+            partition_key=partition,
+            instance=instance,
+            resources=defs.resources,
+        )
+        assert result.success
+        return result
+
+    def requested(cursor):
+        evaluation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        names = {r.key.to_user_string() for r in evaluation.results if r.true_subset.size}
+        return names, evaluation.cursor
+
+    names, cursor = requested(None)
+    assert names == set()
+    run(["invoices_bronze"], "2026-01-02")
+    # Bronze has new data: silver, and gold after it in the same run.
+    names, cursor = requested(cursor)
+    assert names == {"invoices_silver", "invoices_gold"}
+    result = run(["invoices_silver", "invoices_gold"])
+    silver = result.asset_materializations_for_node("invoices_silver")[-1].metadata
+    assert silver["rows_written"].value == 4
+    gold = result.asset_materializations_for_node("invoices_gold")[-1].metadata
+    assert gold["days_recomputed"].value == "2026-01-01"
+    names, cursor = requested(cursor)
+    assert names == set()

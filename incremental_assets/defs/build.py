@@ -7,6 +7,7 @@ import dagster as dg
 
 from incremental_assets.defs.assets import table_asset
 from incremental_assets.defs.connections import connection_resources
+from incremental_assets.defs.invoices import refined_layers
 from incremental_assets.defs.landing import landing_sensor
 from incremental_assets.defs.maintenance import maintenance_job, maintenance_schedule
 from incremental_assets.defs.partitions import partitions_for
@@ -18,6 +19,7 @@ def build_definitions(
     project: ProjectSpec, resources: dict[str, object] | None = None
 ) -> dg.Definitions:
     assets = [table_asset(project, spec) for spec in project.tables]
+    assets += refined_layers(project)  # silver and gold after landing tables that ask
     jobs = [
         dg.define_asset_job(
             f"load_{spec.name}", selection=[spec.name], partitions_def=partitions_for(spec)

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -60,6 +60,13 @@ class LandingSpec(BaseModel):
         default=None,
         description="Only names matching this glob, e.g. '*.json' (default: every file not "
         "starting with '.' or '_').",
+    )
+
+    refine: Literal["invoices"] | None = Field(
+        default=None,
+        description="'invoices': add silver (one row per invoice line, upserted by "
+        "InvoiceNumber and ItemCode) and gold (daily sales per store and payment method) "
+        "assets after this bronze table, updated by Dagster automation.",
     )
 
     @field_validator("marker")

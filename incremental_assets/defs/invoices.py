@@ -1,0 +1,95 @@
+"""Silver and gold assets after an invoices bronze table (``landing.refine: invoices``):
+each materializes by itself once its upstream has new data (Dagster automation).
+
+(No ``from __future__ import annotations`` here: Dagster reads the context annotation.)
+"""
+
+import dagster as dg
+
+from incremental_assets.defs.resources import DeltaWarehouse, spark_session
+from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.invoices import gold_from_silver, silver_from_bronze
+from incremental_assets.specs import ProjectSpec, TableSpec
+
+# Eager, but an unpartitioned layer after a partitioned bronze must not wait for every
+# bronze day to exist.
+AUTOMATION = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
+
+
+def layer_names(spec: TableSpec) -> tuple[str, str]:
+    base = spec.name.removesuffix("_bronze")
+    return f"{base}_silver", f"{base}_gold"
+
+
+def _target(project: ProjectSpec, warehouse: DeltaWarehouse, name: str) -> DeltaTarget:
+    return DeltaTarget(
+        name, f"{project.warehouse.root.rstrip('/')}/{name}", warehouse.storage_options()
+    )
+
+
+def invoice_layers(project: ProjectSpec, spec: TableSpec) -> list[dg.AssetsDefinition]:
+    silver_name, gold_name = layer_names(spec)
+    bronze_key = dg.AssetKey(spec.name)
+
+    @dg.asset(
+        name=silver_name,
+        group_name=spec.group,
+        deps=[bronze_key],
+        automation_condition=AUTOMATION,
+        kinds={"spark", "delta"},
+        pool=f"incremental_assets_{silver_name}",
+        required_resource_keys={"spark", "warehouse"},
+        description=f"One row per invoice line of {spec.name}, upserted by (InvoiceNumber, "
+        "ItemCode), reading only the bronze versions committed since its last run.",
+    )
+    def _silver(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        warehouse: DeltaWarehouse = context.resources.warehouse
+        silver = _target(project, warehouse, silver_name)
+        step = silver_from_bronze(
+            spark_session(context.resources.spark), warehouse.target(project, spec), silver
+        )
+        return dg.MaterializeResult(metadata=_metadata(step, silver, "bronze"))
+
+    @dg.asset(
+        name=gold_name,
+        group_name=spec.group,
+        deps=[dg.AssetKey(silver_name)],
+        automation_condition=AUTOMATION,
+        kinds={"spark", "delta"},
+        pool=f"incremental_assets_{gold_name}",
+        required_resource_keys={"spark", "warehouse"},
+        description=f"Daily sales per store and payment method from {silver_name}; a run "
+        "recomputes only the days its new silver rows touch.",
+    )
+    def _gold(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        warehouse: DeltaWarehouse = context.resources.warehouse
+        gold = _target(project, warehouse, gold_name)
+        silver = _target(project, warehouse, silver_name)
+        step = gold_from_silver(spark_session(context.resources.spark), silver, gold)
+        metadata = _metadata(step, gold, "silver")
+        metadata["days_recomputed"] = ", ".join(d.isoformat() for d in step.days) or "-"
+        return dg.MaterializeResult(metadata=metadata)
+
+    return [_silver, _gold]
+
+
+def _metadata(step, target: DeltaTarget, upstream: str) -> dict:
+    return {
+        f"{upstream}_version_from": step.upstream_from,
+        f"{upstream}_version_to": step.upstream_to if step.upstream_to is not None else -1,
+        "rows_read": step.rows_read,
+        "rows_written": step.rows_written,
+        "committed": step.version is not None,
+        "delta_version": step.version if step.version is not None else -1,
+        "dagster/row_count": row_count(target.open()) if target.exists() else 0,
+    }
+
+
+def refined_layers(project: ProjectSpec) -> list[dg.AssetsDefinition]:
+    """Silver and gold assets of every landing table that asks for them."""
+    return [
+        asset
+        for spec in project.tables
+        if spec.landing is not None and spec.landing.refine == "invoices"
+        for asset in invoice_layers(project, spec)
+    ]
