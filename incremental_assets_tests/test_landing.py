@@ -282,3 +282,42 @@ def test_a_landing_spec_loads_with_file_keys_and_the_open_day(tmp_path):
     assert spec.partition_column == "_ia_ingested_at"
     assert spec.partitioning.end_offset == 1
     assert spec.source.path == str(tmp_path / "landing" / "invoices")
+
+
+def test_csv_and_parquet_landing_files_with_a_quarantine_inside_the_folder(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    csv_folder = tmp_path / "csv"
+    csv_folder.mkdir()
+    (csv_folder / "a.csv").write_text("id,amount\n1,2.5\n2,3.0\n")
+    (csv_folder / "b.csv").write_text("id,amount\n3,not-a-number\n")
+    parquet_folder = tmp_path / "parquet"
+    parquet_folder.mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "amount": [2.5, 3.0]}), parquet_folder / "a.parquet")
+    (parquet_folder / "b.parquet").write_bytes(b"PAR1 truncated")
+    for path in [*csv_folder.iterdir(), *parquet_folder.iterdir()]:
+        os.utime(path, (OLD.timestamp(), OLD.timestamp()))
+
+    for fmt, folder in (("csv", csv_folder), ("parquet", parquet_folder)):
+        spec = TableSpec.model_validate(
+            {
+                "name": f"{fmt}_bronze",
+                "source": {
+                    "format": fmt,
+                    "path": str(folder),
+                    "schema": "id BIGINT, amount DOUBLE",
+                    "landing": {"quarantine": "bad"},
+                },
+                "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+            }
+        )
+        target = DeltaTarget(spec.name, str(tmp_path / "warehouse" / spec.name))
+        report = load_landing(spark, spec, target, now=NOW)
+        assert [Path(f.path).name for f in report.files_loaded] == [f"a.{fmt}"], fmt
+        assert [Path(p).name for p in report.quarantined] == [f"b.{fmt}"], fmt
+        assert (folder / "bad" / f"b.{fmt}").exists()
+        ids = DeltaTable(target.path).to_pyarrow_table(columns=["id"]).column(0).to_pylist()
+        assert sorted(ids) == [1, 2]
+        again = load_landing(spark, spec, target, now=NOW)
+        assert again.files_seen == 1 and again.files_loaded == []

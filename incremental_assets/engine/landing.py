@@ -119,7 +119,9 @@ def list_files(source_path: str, landing: LandingSpec, now: datetime | None = No
         raise NotImplementedError("landing folders on object stores are not supported yet")
     now = now or datetime.now(timezone.utc)
     limit_ns = int((now - landing.settle).timestamp() * 1e9)
-    entries = list(_walk(source_path))
+    # A quarantine folder inside the landing folder is never read as input.
+    skip = os.path.abspath(quarantine_dir(source_path, landing))
+    entries = list(_walk(source_path, skip))
     names = {path for path, _ in entries}
     ready, waiting = [], []
     for path, stat in entries:
@@ -136,16 +138,16 @@ def list_files(source_path: str, landing: LandingSpec, now: datetime | None = No
     return Listing(sorted(ready), sorted(waiting))
 
 
-def _walk(root: str) -> Iterable[tuple[str, os.stat_result]]:
+def _walk(root: str, skip: str) -> Iterable[tuple[str, os.stat_result]]:
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:
         return
     for entry in entries:
-        if entry.name.startswith((".", "_")):
+        if entry.name.startswith((".", "_")) or os.path.abspath(entry.path) == skip:
             continue
         if entry.is_dir(follow_symlinks=False):
-            yield from _walk(entry.path)
+            yield from _walk(entry.path, skip)
         elif entry.is_file():
             yield entry.path, entry.stat()
 
