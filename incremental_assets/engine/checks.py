@@ -129,10 +129,11 @@ def watermark_monotonic(target: DeltaTarget, kind: WatermarkKind) -> CheckOutcom
     if not target.exists():
         return CheckOutcome(True, "target does not exist yet", {"loads": 0})
     table = target.open()
-    loads = target.loads(table, limit=_HISTORY)
-    rewinds = target.rewinds(table, limit=_HISTORY)
+    commits = target.cursor_commits(table, limit=_HISTORY)
+    loads = [c for c in commits if "rewind" not in c]
+    rewinds = [c for c in commits if "rewind" in c]
     previous = None
-    for commit in sorted([*loads, *rewinds], key=lambda c: c["version"]):
+    for commit in reversed(commits):
         text = commit.get("cursor_after")
         if "rewind" in commit:
             previous = parse_value(text, kind) if text and text != "-" else None

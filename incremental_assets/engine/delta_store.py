@@ -38,6 +38,7 @@ META_PREFIX = "incremental_assets."
 # Marks a commit that rewound or reset a table's cursor (``incremental-assets rewind``).
 # It carries no ``incremental_assets.table`` key, so it is not taken for a load.
 REWIND_KEY = f"{META_PREFIX}rewind"
+_LOAD_KEY = f"{META_PREFIX}table"
 # The transaction version that stands for "no cursor" after a reset: a Delta application
 # transaction cannot be removed, only given a new version (the protocol lets it decrease).
 NO_CURSOR = -(2**63)
@@ -112,17 +113,26 @@ class DeltaTarget:
 
     def loads(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """This loader's commits, newest first, with their metadata and Delta metrics."""
-        return self._commits(f"{META_PREFIX}table", table, limit)
+        return self._commits((_LOAD_KEY,), table, limit)
 
     def rewinds(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """Commits that rewound or reset the cursor, newest first (see ``record_rewind``)."""
-        return self._commits(REWIND_KEY, table, limit)
+        return self._commits((REWIND_KEY,), table, limit)
 
-    def _commits(self, marker: str, table: DeltaTable | None, limit: int | None) -> list[dict]:
+    def cursor_commits(
+        self, table: DeltaTable | None = None, limit: int | None = None
+    ) -> list[dict]:
+        """Loads and rewinds, newest first, in one read of the history; a rewind's dict
+        has the key ``rewind``."""
+        return self._commits((_LOAD_KEY, REWIND_KEY), table, limit)
+
+    def _commits(
+        self, markers: tuple[str, ...], table: DeltaTable | None, limit: int | None
+    ) -> list[dict]:
         table = table or self.open()
         out = []
         for commit in table.history(limit):
-            if marker not in commit:
+            if not any(marker in commit for marker in markers):
                 continue
             meta = {
                 k.removeprefix(META_PREFIX): v
@@ -285,7 +295,7 @@ class DeltaTarget:
         self, kind: WatermarkKind, cursor: WatermarkValue | None, metadata: Mapping[str, Any]
     ) -> CommitProperties:
         custom = {f"{META_PREFIX}{k}": _plain(v) for k, v in metadata.items()}
-        custom[f"{META_PREFIX}table"] = self.table_name
+        custom[_LOAD_KEY] = self.table_name
         transactions = self._transactions(kind, cursor) if cursor is not None else None
         return CommitProperties(custom_metadata=custom, app_transactions=transactions)
 
