@@ -165,7 +165,9 @@ def _status_row(s, columns: int) -> tuple[str, ...]:
         if run
         else ("-",) * 8
     )
-    watermark = _text(s.cursor) if s.cursor is not None else "(reset)"
+    watermark = _text(s.cursor)
+    if s.cursor is None:
+        watermark = "(by file)" if s.watermark_kind == "landing" else "(reset)"
     watermark += " *" if s.rewind is not None else ""
     counts = (_text(s.delta_version), _text(s.rows), _text(s.files))
     return (s.table, watermark, _duration(s.lag_seconds), *ran, *counts)

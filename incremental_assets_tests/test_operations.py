@@ -20,6 +20,7 @@ from incremental_assets.engine.delta_store import app_id, tiebreak_app_id
 from incremental_assets.engine.explain import explain
 from incremental_assets.engine.operations import OperationError, rewind, table_status
 from incremental_assets.engine.watermarks import to_transaction_version
+from incremental_assets.specs import TableSpec
 from incremental_assets_tests.conftest import at, day_request, load, make_spec, target_rows
 
 ALL_COLUMNS = ("order_id", "status", "amount", "updated_at", "_ia_row_hash")
@@ -133,6 +134,21 @@ def test_rewind_refuses_what_it_cannot_do_and_says_what_to_change(tmp_path):
     snapshot = make_spec("unused", strategy="snapshot", watermark=None)
     with pytest.raises(OperationError, match="snapshot table"):
         rewind(snapshot, target, "5", by="me", reason="why")
+    landing = TableSpec.model_validate(
+        {
+            "name": "invoices",
+            "source": {
+                "format": "json",
+                "path": str(tmp_path),
+                "schema": "id BIGINT",
+                "landing": {"settle": "30s"},
+            },
+            "strategy": "append",
+            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+        }
+    )
+    with pytest.raises(OperationError, match=r"landing table loads each file once"):
+        rewind(landing, target, "5", by="me", reason="why")
     times = make_spec("unused")
     with pytest.raises(OperationError, match=r"'Jan 2' is not a timestamp.*ISO-8601"):
         rewind(times, target, "Jan 2", by="me", reason="why")

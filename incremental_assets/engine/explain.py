@@ -20,6 +20,7 @@ from pyspark.sql.types import TimestampType
 
 from incremental_assets.engine import delta_io, predicates
 from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.errors import IncrementalLoadError
 from incremental_assets.engine.jdbc import JdbcSource, sql_condition
 from incremental_assets.engine.load import Probe, probe, window_rows
 from incremental_assets.engine.predicates import Range
@@ -92,6 +93,13 @@ def explain(
         IncrementalLoadError: what the run itself would fail on in its probe (missing
             source or column, null watermarks, a snapshot partition in the past).
     """
+    if spec.landing is not None:
+        raise IncrementalLoadError(
+            spec.name,
+            "explain plans watermark windows; a landing table loads each new file once, "
+            "by its path and version.",
+            "see the landing sensor's pending files, or incremental-assets status",
+        )
     probed = probe(spark, spec, target, request, source_storage)
     window, source = probed.window, probed.source
     base = {

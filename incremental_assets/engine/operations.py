@@ -117,7 +117,7 @@ def table_status(spec: TableSpec, target: DeltaTarget, now: datetime | None = No
         "table": spec.name,
         "path": target.path,
         "strategy": spec.strategy.kind,
-        "watermark_kind": "snapshot" if spec.takes_snapshots else spec.watermark.kind,
+        "watermark_kind": _kind(spec),
     }
     if not target.exists():
         return TableStatus(**base, loaded=False)
@@ -173,6 +173,14 @@ def rewind(
             table not loaded yet, a snapshot table, or a load committing meanwhile.
     """
     name = spec.name
+    if spec.landing is not None:
+        raise OperationError(
+            name,
+            "a landing table loads each file once, by its path and version; it has no "
+            "watermark to rewind.",
+            "to load a file again, write it again (a new size or modification time makes "
+            "it a new version)",
+        )
     if spec.takes_snapshots:
         raise OperationError(
             name,
@@ -276,6 +284,12 @@ def parse_watermark(spec: TableSpec, text: str) -> WatermarkValue:
             f"--to {text!r}: the part after '|' is not an integer ({wm.tiebreak} ids).",
             "write TIME|ID, e.g. --to '2026-01-02T00:00:00Z|1500'",
         ) from None
+
+
+def _kind(spec: TableSpec) -> str:
+    if spec.landing is not None:
+        return "landing"
+    return "snapshot" if spec.takes_snapshots else spec.watermark.kind
 
 
 def _next_run_reads(spec: TableSpec, cursor: WatermarkValue | None) -> str:
