@@ -1,5 +1,6 @@
 """The ``incremental-assets`` command: the demo, and day-2 operations on the tables of a
-tables file (status, rewind, explain), read from and written to the Delta log."""
+tables file (status, rewind, explain, replay-quarantine), read from and written to the Delta
+log."""
 
 from __future__ import annotations
 
@@ -32,7 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     from incremental_assets.engine.errors import IncrementalLoadError
     from incremental_assets.specs import SpecError
 
-    commands = {"status": _status, "rewind": _rewind, "explain": _explain}
+    commands = {
+        "status": _status,
+        "rewind": _rewind,
+        "explain": _explain,
+        "replay-quarantine": _replay_quarantine,
+    }
     try:
         return commands[args.command](args)
     except (CliError, IncrementalLoadError, SpecError) as exc:
@@ -99,7 +105,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--tables", **tables)
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    replay = commands.add_parser(
+        "replay-quarantine",
+        help="merge the quarantined rows that pass the table's quality rules now into the "
+        "target (exactly once) and release them; the watermark stays",
+    )
+    replay.add_argument("table")
+    replay.add_argument("--tables", **tables)
     return parser
+
+
+# -- replay-quarantine ----------------------------------------------------------------------
+
+
+def _replay_quarantine(args: argparse.Namespace) -> int:
+    from incremental_assets.engine.load import merge_plan_of
+    from incremental_assets.engine.quarantine import replay
+
+    project = _project(args.tables)
+    spec = _table(project, args.table)
+    if not spec.quality.rules:
+        raise CliError(f"table '{spec.name}' has no quality rules, so nothing is quarantined")
+    spark = _spark(project, "incremental-assets-replay")
+    result = replay(spark, spec, _target(project, spec), merge_plan_of(spec))
+    print(
+        f"{spec.name}: {result.examined} quarantined rows examined, {result.replayed} pass "
+        f"the rules now and were merged ({result.rows_inserted} inserted, "
+        f"{result.rows_updated} updated; Delta version {_text(result.delta_version)}), "
+        f"{result.still_failing} still fail and stay in the quarantine"
+    )
+    return 0
 
 
 # -- status -------------------------------------------------------------------------------
@@ -210,15 +246,11 @@ def _os_user() -> str:
 
 def _explain(args: argparse.Namespace) -> int:
     from incremental_assets.engine.explain import explain
-    from incremental_assets.engine.spark_session import local_session
 
     project = _project(args.tables)
     spec = _table(project, args.table)
     request = _request(spec, args.partition)
-    overrides = dict(project.spark.conf)
-    if project.spark.master and not os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER"):
-        overrides["spark.master"] = project.spark.master
-    spark = local_session("incremental-assets-explain", **overrides)
+    spark = _spark(project, "incremental-assets-explain")
     plan = explain(spark, spec, _target(project, spec), request)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
@@ -317,6 +349,16 @@ def _table(project, name: str):
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise CliError(f"no table named '{name}'{hint}; tables are: {', '.join(names)}")
     return project.table(name)
+
+
+def _spark(project, app_name: str):
+    """A local Spark session with the project's settings (as the Dagster resource has)."""
+    from incremental_assets.engine.spark_session import local_session
+
+    overrides = dict(project.spark.conf)
+    if project.spark.master and not os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER"):
+        overrides["spark.master"] = project.spark.master
+    return local_session(app_name, **overrides)
 
 
 def _target(project, spec):

@@ -133,3 +133,40 @@ def test_quarantine_is_refused_for_snapshot_tables(tmp_path):
             strategy="snapshot",
             quality={"rules": [RULES[0]]},
         )
+
+
+def test_replay_quarantine_command_merges_rows_a_corrected_rule_passes(
+    spark, orders_source, tmp_path, capsys, monkeypatch
+):
+    from incremental_assets import cli
+    from incremental_assets.engine import DeltaTarget
+
+    monkeypatch.setattr(
+        "incremental_assets.engine.spark_session.local_session", lambda *a, **k: spark
+    )
+    text = f"""
+warehouse: {{root: {tmp_path / "warehouse"}}}
+tables:
+  - name: orders
+    source: {{format: delta, path: {orders_source.path}}}
+    keys: [order_id]
+    watermark: {{column: updated_at, kind: timestamp}}
+    strategy: upsert
+    partitioning: {{granularity: daily, start: 2026-01-01}}
+    quality:
+      rules:
+        - {{name: amount_positive, check: "amount > 0", action: quarantine}}
+"""
+    tables = tmp_path / "tables.yaml"
+    tables.write_text(text)
+    target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
+    orders_source.upsert([(1, "placed", 10.0, at(1, 1)), (2, "placed", 0.0, at(1, 2))])
+    load(spark, quality_spec(orders_source.path, [RULES[0]]), target, 1)
+    tables.write_text(text.replace('"amount > 0"', '"amount >= 0"'))
+
+    code = cli.main(["replay-quarantine", "orders", "--tables", str(tables)])
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1 quarantined rows examined, 1 pass the rules now and were merged" in out
+    assert [r[0] for r in target_rows(target)] == [1, 2]
