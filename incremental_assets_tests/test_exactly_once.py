@@ -1,6 +1,7 @@
 """Exactly once under a real process kill: ``dagster asset materialize`` in a child process
-is SIGKILLed at a named point of the load, then re-run, for an upsert table and for CDC
-tables with hard and with soft deletes.
+is SIGKILLed at a named point of the load (``after_extract``; ``before_commit``, when a
+hard-delete CDC table's tombstones are written but its merge is not; ``after_commit``),
+then re-run, for an upsert table and for CDC tables with hard and with soft deletes.
 
 Each table is seeded with its first day in this process (the engine's load, and a Dagster
 record of it), so every test starts only the two child processes it is about: the killed
@@ -32,21 +33,6 @@ from incremental_assets_tests.test_cdc import feed, reference
 pytestmark = pytest.mark.slow
 
 FIRST_DAY, CRASH_DAY = "2026-01-01", "2026-01-02"
-
-# The engine has no crash point between the tombstone write and the target's Delta commit
-# (both happen inside DeltaTarget.commit), so the child is started through this preamble,
-# which kills the process right after Tombstones.record returns.
-KILL_AFTER_TOMBSTONES = """
-import os, runpy, signal
-from incremental_assets.engine import delta_store
-record = delta_store.Tombstones.record
-def record_then_die(self, *args, **kwargs):
-    record(self, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
-delta_store.Tombstones.record = record_then_die
-runpy.run_module("dagster", run_name="__main__", alter_sys=True)
-"""
-
 
 # --- the tables ------------------------------------------------------------------------
 
@@ -221,14 +207,10 @@ class ChildProject:
             "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g",
         }
         env.pop(CRASH_ENV, None)
-        if crash_at == "after_tombstones":
-            python = [sys.executable, "-c", KILL_AFTER_TOMBSTONES]
-        else:
-            python = [sys.executable, "-m", "dagster"]
-            if crash_at:
-                env[CRASH_ENV] = crash_at
+        if crash_at:
+            env[CRASH_ENV] = crash_at
         command = [
-            *python, "asset", "materialize",
+            sys.executable, "-m", "dagster", "asset", "materialize",
             "-m", "incremental_assets.definitions",
             "--select", self.table.name, "--partition", partition,
         ]  # fmt: skip
@@ -287,18 +269,28 @@ def child(request, tmp_path, spark) -> ChildProject:
     return project
 
 
-ALL_TABLES = pytest.mark.parametrize("child", list(TABLES), indirect=True)
-
-
-@ALL_TABLES
-def test_kill_after_extraction_commits_nothing_and_rerun_is_exact(child, spark):
+@pytest.mark.parametrize(
+    ("child", "point"),
+    [
+        ("upsert", "after_extract"),
+        ("cdc_hard", "after_extract"),
+        ("cdc_soft", "after_extract"),
+        # The tombstones are written, the target's merge is not: the re-run must apply
+        # the deletes whose tombstones are already recorded.
+        ("cdc_hard", "before_commit"),
+    ],
+    indirect=["child"],
+)
+def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, point, spark):
     version, tombstones = child.version(), child.tombstones()
 
-    code = child.materialize(CRASH_DAY, crash_at="after_extract")
+    code = child.materialize(CRASH_DAY, crash_at=point)
 
     assert code == -signal.SIGKILL
     assert child.version() == version
-    assert child.tombstones() == tombstones  # written inside the commit, not yet reached
+    if point == "before_commit" and isinstance(child.table, CdcCustomers):
+        tombstones = {**tombstones, **child.table.deleted_on_crash_day()}
+    assert child.tombstones() == tombstones  # after_extract: not yet written
     assert len(child.materializations()) == 1
 
     assert child.materialize(CRASH_DAY) == 0
@@ -308,33 +300,7 @@ def test_kill_after_extraction_commits_nothing_and_rerun_is_exact(child, spark):
     assert reported == counts(child.first_day_rows, child.table.expected())
 
 
-@pytest.mark.parametrize("child", ["cdc_hard"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine bug: the re-run drops the deletes whose tombstones the killed run "
-    "recorded (a change is kept only if newer than its key's tombstone), so the rows "
-    "those deletes remove stay in the target",
-)
-def test_kill_between_tombstone_write_and_delta_commit_commits_nothing_and_rerun_is_exact(
-    child, spark
-):
-    version = child.version()
-    tombstones_before = child.tombstones()
-
-    code = child.materialize(CRASH_DAY, crash_at="after_tombstones")
-
-    assert code == -signal.SIGKILL
-    assert child.version() == version
-    deleted = child.table.deleted_on_crash_day()
-    assert child.tombstones() == {**tombstones_before, **deleted}  # the window is real
-    assert len(child.materializations()) == 1
-
-    assert child.materialize(CRASH_DAY) == 0
-    assert_equals_reference(child, spark)
-
-
-@ALL_TABLES
+@pytest.mark.parametrize("child", list(TABLES), indirect=True)
 def test_kill_after_delta_commit_before_dagster_records_it_is_recovered_on_rerun(child, spark):
     version = child.version()
 
