@@ -372,7 +372,15 @@ def test_parse_duration_refuses_non_durations(value):
 def test_repository_tables_yaml_loads():
     spec = load_project(REPO_ROOT / "tables.yaml")
 
-    assert [t.name for t in spec.tables] == ["orders", "events", "customers"]
+    assert [t.name for t in spec.tables] == [
+        "orders",
+        "events",
+        "customers",
+        "customers_history",
+        "products",
+    ]
+    assert spec.table("customers_history").history is not None
+    assert spec.table("products").takes_snapshots
     assert spec.warehouse.root == str(REPO_ROOT.resolve() / "data" / "warehouse")
 
 

@@ -212,15 +212,17 @@ class DeltaTarget:
                 if staged_rows == 0 and cursor_after is None:
                     return CommitResult(committed=False, version=None)
                 if not plan.writes_by_merge_only:
-                    return self._create_with(dataset, partition_by, properties, staged_rows)
-                # The table is created empty; the merge below is the commit with the cursor.
-                table = DeltaTable.create(
-                    self.path,
-                    schema=pa.schema([f for f in dataset.schema if f.name in columns]),
-                    partition_by=partition_by or None,
-                    mode="error",
-                    storage_options=self.storage_options or None,
-                )
+                    return self._create_with(
+                        dataset.scanner(), partition_by, properties, staged_rows
+                    )
+                # A change set's first load: nothing to delete or supersede yet, so its
+                # rows are written as staged (in key order, which keeps each file's key
+                # range narrow for later merges), with the cursor, in one commit: the
+                # upserts, and soft deletes (the flagged row is the record of the delete).
+                kept = None if plan.deletes == "soft" else pads.field(OP) == "U"
+                rows = dataset.scanner(columns=columns, filter=kept)
+                written = dataset.count_rows(filter=kept)
+                return self._create_with(rows, partition_by, properties, written)
             assert table is not None
             metrics: dict[str, Any] = {}
             if staged_rows:
@@ -268,14 +270,14 @@ class DeltaTarget:
 
     def _create_with(
         self,
-        dataset: pads.Dataset,
+        rows: pads.Scanner,
         partition_by: list[str],
         properties: CommitProperties,
         staged_rows: int,
     ) -> CommitResult:
         write_deltalake(
             self.path,
-            dataset.scanner().to_reader(),
+            rows.to_reader(),
             # "error": a table created by a concurrent first load fails this one.
             mode="error",
             partition_by=partition_by or None,
