@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.changes import OP
 from incremental_assets.engine.errors import ConcurrentLoadError
-from incremental_assets.engine.strategies import MergePlan
+from incremental_assets.engine.strategies import MergePlan, matching
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import (
     ID_MIN,
@@ -336,7 +336,7 @@ class Tombstones:
         if not self.location.exists():
             write_deltalake(self.location.path, deletes, mode="append", storage_options=options)
             return deletes.num_rows
-        predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+        predicate = matching(keys)
         wm = quote(watermark)
         (
             self.location.open()

@@ -158,14 +158,15 @@ def probe(
     state = target.state(spec.watermark.kind)
     clock = source.clock()
     if spec.takes_snapshots:
-        window = snapshot_window(spec.name, state.cursor, request, clock, _last_end(state))
+        last_end = _last_load_time(state, "partition_end")
+        window = snapshot_window(spec.name, state.cursor, request, clock, last_end)
     else:
         window = plan_window(
             window_policy(spec),
             state.cursor,
             request,
             clock,
-            partition_high_water=_partition_high_water(state),
+            partition_high_water=_last_load_time(state, "partition_high_water"),
         )
         _fail_on_null_watermarks(spec, source)
         window = window.with_high_water(_high_water(spec, source, window))
@@ -227,7 +228,7 @@ def run_load(
             quarantined_path = f"{stage_root}/quarantine"
             report = _quality_report(spec, observed, quarantined_path)
             partition_high_water = _later(
-                _partition_high_water(state),
+                _last_load_time(state, "partition_high_water"),
                 from_transaction_version(int(observed["pc_max"]), "timestamp")
                 if observed["pc_max"] is not None
                 else None,
@@ -245,7 +246,7 @@ def run_load(
             commit = target.commit(
                 state,
                 staged_path,
-                _merge_plan(spec),
+                merge_plan_of(spec),
                 kind=spec.watermark.kind,
                 cursor_before=window.cursor_before,
                 cursor_after=window.cursor_after,
@@ -304,7 +305,7 @@ def _record_beside_target(
     its commit, is harmless to the re-run (see Quarantine, Tombstones and ChangeLog)."""
     if os.path.isdir(quarantined_path):
         Quarantine(target).record(quarantined_path, identity_of(spec))
-    plan = _merge_plan(spec)
+    plan = merge_plan_of(spec)
     if plan.tombstones:
         staged = pads.dataset(staged_path, format="parquet")
         Tombstones(target).record(staged, list(plan.keys), plan.watermark)
@@ -331,10 +332,7 @@ def _quality_metadata(report: quality.QualityReport) -> dict:
 
 
 def merge_plan_of(spec: TableSpec) -> MergePlan:
-    return _merge_plan(spec)
-
-
-def _merge_plan(spec: TableSpec) -> MergePlan:
+    """How the table's increments merge (also used to replay its quarantine)."""
     history = spec.history
     return merge_plan(
         spec.strategy.kind,
@@ -369,15 +367,6 @@ def _unchanged(
     if not spec.takes_snapshots:
         return None
     return max(extracted - counts.get("insert", 0) - counts.get("change", 0), 0)
-
-
-def _last_end(state: TargetState) -> datetime | None:
-    text = state.last_load.get("partition_end")
-    if not text or text == "-":
-        return None
-    value = parse_value(text, "timestamp")
-    assert isinstance(value, datetime)
-    return value
 
 
 def _gaps(spec: TableSpec, window: Window, staged_path: str) -> Gaps | None:
@@ -682,8 +671,9 @@ def _fail_on_unknown_operations(spec: TableSpec, observed: dict) -> None:
         )
 
 
-def _partition_high_water(state: TargetState) -> datetime | None:
-    text = state.last_load.get("partition_high_water")
+def _last_load_time(state: TargetState, name: str) -> datetime | None:
+    """A time the last load recorded in its commit metadata (None when absent)."""
+    text = state.last_load.get(name)
     if not text or text == "-":
         return None
     value = parse_value(text, "timestamp")

@@ -13,8 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, quality, transforms
-from incremental_assets.engine.delta_store import DeltaTarget, Tombstones
-from incremental_assets.engine.strategies import MergePlan
+from incremental_assets.engine.delta_store import DeltaTarget, Tombstones, row_count
+from incremental_assets.engine.strategies import MergePlan, matching
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import TableSpec
 
@@ -40,9 +40,7 @@ class Quarantine:
         if not self.location.exists():
             write_deltalake(self.location.path, dataset.to_table(), storage_options=options)
             return rows
-        predicate = " AND ".join(
-            f"t.{transforms.quote(c)} = s.{transforms.quote(c)}" for c in identity
-        )
+        predicate = matching(identity)
         (
             self.location.open()
             .merge(dataset.to_table(), predicate, source_alias="s", target_alias="t")
@@ -54,7 +52,7 @@ class Quarantine:
     def rows(self) -> int:
         if not self.location.exists():
             return 0
-        return self.location.open().to_pyarrow_dataset().count_rows()
+        return row_count(self.location.open())  # from the log's file statistics
 
     def to_spark(self, spark: SparkSession) -> DataFrame | None:
         return self.location.to_spark(spark) if self.location.exists() else None
@@ -100,7 +98,7 @@ def replay(
             )
         newest.sortWithinPartitions(*key_columns).write.parquet(f"{stage}/replay")
         passing.select(*identity_of(spec)).write.parquet(f"{stage}/released")
-        examined = rows.count()
+        examined = held.rows()
         released = pads.dataset(f"{stage}/released", format="parquet").count_rows()
         state = target.state(spec.watermark.kind)
         commit = None
@@ -142,7 +140,7 @@ def identity_of(spec: TableSpec) -> list[str]:
 
 def _release(held: Quarantine, released_path: str, identity: list[str]) -> None:
     released = pads.dataset(released_path, format="parquet").to_table()
-    predicate = " AND ".join(f"t.{transforms.quote(c)} = s.{transforms.quote(c)}" for c in identity)
+    predicate = matching(identity)
     (
         held.location.open()
         .merge(released, predicate, source_alias="s", target_alias="t")

@@ -94,6 +94,11 @@ class MergePlan:
         ).when_not_matched_insert(updates=every)
 
 
+def matching(columns: Sequence[str]) -> str:
+    """A merge's join predicate: target ``t`` and source ``s`` equal on ``columns``."""
+    return " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)
+
+
 def merge_plan(
     strategy: Strategy,
     keys: Sequence[str],
@@ -103,7 +108,7 @@ def merge_plan(
 ) -> MergePlan:
     """``valid_from``: for scd2, the column that, with the keys, identifies a version."""
     identity = [*keys, valid_from] if strategy == "scd2" and valid_from else list(keys)
-    predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in identity)
+    predicate = matching(identity)
     wm, h = quote(watermark), quote(ROW_HASH)
     newer = f"s.{wm} > t.{wm} OR (s.{wm} = t.{wm} AND s.{h} > t.{h})"
     return MergePlan(
