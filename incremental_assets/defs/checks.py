@@ -12,6 +12,9 @@ from incremental_assets.specs import TableSpec
 KEYS_UNIQUE = "keys_unique"
 WATERMARK_MONOTONIC = "watermark_never_moves_backwards"
 COUNTS_MATCH = "counts_match_table"
+KEYS_NOT_NULL = "keys_not_null"
+ROWS_RECONCILED = "rows_reconciled"
+SCHEMA_MATCHES = "schema_matches_spec"
 
 
 HISTORY_CONSISTENT = "history_consistent"
@@ -68,6 +71,26 @@ def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
             description=f"No key ({', '.join(spec.row_identity)}) appears twice in the target.",
         ),
         dg.AssetCheckSpec(
+            KEYS_NOT_NULL,
+            asset=spec.name,
+            blocking=True,
+            description=f"No key column ({', '.join(spec.row_identity)}) is null in the "
+            "target (from the Delta log's null counts; files without them counted by Spark).",
+        ),
+        dg.AssetCheckSpec(
+            ROWS_RECONCILED,
+            asset=spec.name,
+            description=_reconciled_description(spec),
+        ),
+        dg.AssetCheckSpec(
+            SCHEMA_MATCHES,
+            asset=spec.name,
+            description="The target has every column the spec names (keys, watermark, "
+            "partition and strategy columns, a declared source.schema) with a compatible "
+            "type; with source.schema, undeclared target columns fail under "
+            "on_schema_change: fail and warn under append_new_columns.",
+        ),
+        dg.AssetCheckSpec(
             WATERMARK_MONOTONIC,
             asset=spec.name,
             description="Over the Delta log's load commits the watermark never decreased.",
@@ -91,6 +114,9 @@ def check_results(
         COUNTS_MATCH: checks.counts_match_table(
             target, version, result.rows_inserted, result.rows_updated, result.rows_deleted
         ),
+        KEYS_NOT_NULL: checks.keys_not_null(spark, target, spec.row_identity),
+        ROWS_RECONCILED: checks.rows_reconciled(spec, result),
+        SCHEMA_MATCHES: checks.schema_matches_spec(target, spec),
     }
     if spec.max_lag is not None:
         outcomes[FRESH] = _freshness(result, spec.max_lag.total_seconds())
@@ -116,6 +142,29 @@ def check_results(
         )
         for name, outcome in outcomes.items()
     ]
+
+
+def _reconciled_description(spec: TableSpec) -> str:
+    """The equation the check verifies for this table's strategy."""
+    if spec.history:
+        return (
+            "Every extracted change event is new or already logged, and the versions written "
+            "match the merge: inserted = opened, updated = closed + updated in place, deleted "
+            "= replaced. (A change may write several versions, so extracted rows do not "
+            "partition into written rows.)"
+        )
+    if spec.takes_snapshots:
+        return (
+            "The snapshot's rows = new + changed + unchanged, and the merge's inserted + "
+            "updated + deleted = new + changed + vanished staged changes."
+        )
+    deleted = " + deleted" if spec.strategy.kind == "cdc" else ""
+    return (
+        f"Rows extracted = inserted + updated{deleted} + unchanged + superseded + quarantined "
+        "(unchanged: staged rows the merge left alone; superseded: older versions of a key in "
+        "the batch, or changes older than a recorded delete). Both are remainders of "
+        "independently counted totals, so the check fails when either would be negative."
+    )
 
 
 def _freshness(result: LoadResult, limit: float) -> checks.CheckOutcome:

@@ -5,15 +5,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from incremental_assets.engine import delta_io
+from incremental_assets.engine.changes import DELETED_AT, IS_DELETED
 from incremental_assets.engine.delta_store import DeltaTarget, row_count
 from incremental_assets.engine.predicates import Range
-from incremental_assets.engine.transforms import quote
+from incremental_assets.engine.transforms import ROW_HASH, null_count, quote
 from incremental_assets.engine.watermarks import WatermarkKind, parse_value
+from incremental_assets.specs import TableSpec
+
+if TYPE_CHECKING:  # load imports quality, which imports this module
+    from incremental_assets.engine.load import LoadResult
 
 # Commits of the Delta log the watermark check reads (newest first): its cost stays flat as
 # the history grows.
@@ -192,3 +211,369 @@ def counts_match_table(
     if problems:
         return CheckOutcome(False, "; ".join(problems), metadata)
     return CheckOutcome(True, f"rows {before} -> {after} match the reported counts", metadata)
+
+
+def keys_not_null(spark: SparkSession, target: DeltaTarget, keys: Sequence[str]) -> CheckOutcome:
+    """No key column is null anywhere in the target.
+
+    Answered from the Delta log: each file's ``null_count`` statistic per key (and, for a
+    key that is a Delta partition column, the file's partition value). Only files the log
+    holds no such statistic for are read, by one Spark aggregation over those files.
+    """
+    if not target.exists():
+        return CheckOutcome(True, "target does not exist yet", {f"null_{k}": 0 for k in keys})
+    table = target.open()
+    partition_columns = set(table.metadata().partition_columns)
+    nulls = dict.fromkeys(keys, 0)
+    unknown: list[dict] = []
+    files = delta_io.live_files(table).to_pylist()
+    for row in files:
+        counts = _null_counts_from_log(row, keys, partition_columns)
+        if counts is None:
+            unknown.append(row)
+            continue
+        for key, count in counts.items():
+            nulls[key] += count
+    if unknown:
+        df = delta_io.read_files(spark, table, unknown)
+        agg = df.agg(*[null_count(k).alias(f"n{i}") for i, k in enumerate(keys)]).collect()[0]
+        for i, key in enumerate(keys):
+            nulls[key] += int(agg[f"n{i}"] or 0)
+    scope = (
+        f"from the statistics of {len(files) - len(unknown)} of {len(files)} files, "
+        f"{len(unknown)} without statistics counted by Spark"
+    )
+    per_key = ", ".join(f"{k}: {n}" for k, n in nulls.items())
+    bad = {k: n for k, n in nulls.items() if n}
+    metadata: dict[str, object] = {
+        **{f"null_{k}": n for k, n in nulls.items()},
+        "files_from_statistics": len(files) - len(unknown),
+        "files_counted_by_spark": len(unknown),
+    }
+    if bad:
+        return CheckOutcome(False, f"null keys in the target ({per_key}; {scope})", metadata)
+    return CheckOutcome(True, f"no key column is null ({per_key}; {scope})", metadata)
+
+
+def _null_counts_from_log(
+    row: dict, keys: Sequence[str], partition_columns: set[str]
+) -> dict[str, int] | None:
+    """A file's null count per key from its add action, or None if any is not recorded."""
+    counts = {}
+    for key in keys:
+        if key in partition_columns:
+            records = row.get("num_records")
+            if records is None:
+                return None
+            counts[key] = int(records) if row.get(f"partition.{key}") is None else 0
+            continue
+        value = row.get(f"null_count.{key}")
+        if value is None:
+            return None
+        counts[key] = int(value)
+    return counts
+
+
+def rows_reconciled(spec: TableSpec, result: LoadResult) -> CheckOutcome:
+    """Every row the run extracted is accounted for, in buckets that partition them.
+
+    The run measures independently: rows extracted (counted as they are read), rows
+    quarantined and rows staged (counted in their staged files), rows inserted, updated and
+    deleted (the Delta merge's own metrics), and for snapshot and history tables the
+    staged change rows by kind. Per strategy:
+
+    - append, upsert, cdc (and landing files): extracted = inserted + updated + deleted +
+      unchanged + superseded + quarantined. ``superseded`` (older versions of a key in the
+      same batch; for hard-delete CDC also changes older than a recorded delete) is
+      extracted - quarantined - staged, and ``unchanged`` (staged rows the merge left alone:
+      not newer than the target's, or already present) is staged - inserted - updated -
+      deleted; neither is counted on its own, so the equation holds exactly when both are
+      non-negative, and a merge that wrote more rows than were staged, or staged plus
+      quarantined rows above those extracted, fail it. An append never updates or deletes;
+      an upsert and soft-delete CDC never delete.
+    - snapshot: the snapshot's rows = inserted + changed + unchanged (by the diff), and the
+      merge's inserted + updated + deleted = inserted + changed + vanished staged rows
+      (each staged change lands once; hard deletes: deleted = vanished).
+    - scd2: a change event may open, close, update in place or replace several versions,
+      so extracted rows do not partition into written rows. Checked: extracted = new
+      events + events already logged (or repeated), the merge's inserted = versions opened,
+      updated = closed + updated in place, deleted = replaced, and no version is written
+      when no event was new.
+    """
+    if spec.history:
+        return _history_reconciled(result)
+    if spec.takes_snapshots:
+        return _snapshot_reconciled(spec, result)
+    extracted, staged = result.rows_extracted, result.rows_staged
+    ins, upd, dele = result.rows_inserted, result.rows_updated, result.rows_deleted
+    quarantined = result.quality.rows_quarantined if result.quality else 0
+    unchanged = staged - ins - upd - dele
+    superseded = extracted - quarantined - staged
+    kind = spec.strategy.kind
+    deletes = getattr(spec.strategy, "deletes", "hard")
+    terms = [("inserted", ins), ("updated", upd)]
+    if kind == "cdc":
+        terms.append(("deleted", dele))
+    terms += [("unchanged", unchanged), ("superseded", superseded), ("quarantined", quarantined)]
+    problems = []
+    if superseded < 0:
+        problems.append(
+            f"{staged} staged + {quarantined} quarantined rows exceed the {extracted} extracted"
+        )
+    if unchanged < 0:
+        problems.append(f"the merge wrote {ins + upd + dele} rows from {staged} staged rows")
+    forbidden = {"append": ("updated", "deleted"), "upsert": ("deleted",)}.get(kind, ())
+    if kind == "cdc" and deletes == "soft":
+        forbidden = ("deleted",)
+    counts = {"inserted": ins, "updated": upd, "deleted": dele}
+    for name in forbidden:
+        if counts[name]:
+            problems.append(f"{counts[name]} rows {name}, which {kind} loads never do")
+    equation = f"extracted {extracted} = " + " + ".join(f"{n} {v}" for n, v in terms)
+    metadata: dict[str, object] = {
+        "equation": equation,
+        "rows_extracted": extracted,
+        "rows_staged": staged,
+        **{f"rows_{n}": v for n, v in terms},
+        **({"rows_deleted": dele} if kind != "cdc" else {}),
+    }
+    return _equation_outcome(equation, problems, metadata)
+
+
+def _snapshot_reconciled(spec: TableSpec, result: LoadResult) -> CheckOutcome:
+    changes = result.changes
+    new, changed, vanished = (changes.get(k, 0) for k in ("insert", "change", "vanish"))
+    unchanged = result.rows_unchanged
+    extracted = result.rows_extracted
+    ins, upd, dele = result.rows_inserted, result.rows_updated, result.rows_deleted
+    staged = new + changed + vanished
+    problems = []
+    if extracted != new + changed + unchanged:
+        problems.append(
+            f"the snapshot's {extracted} rows are not {new} new + {changed} changed + "
+            f"{unchanged} unchanged"
+        )
+    if ins + upd + dele != staged:
+        problems.append(
+            f"the merge wrote {ins} inserted + {upd} updated + {dele} deleted rows for "
+            f"{staged} staged changes"
+        )
+    if getattr(spec.strategy, "deletes", "hard") == "hard" and dele != vanished:
+        problems.append(f"{vanished} rows vanished but {dele} were deleted")
+    if result.rows_staged != staged:
+        problems.append(f"{result.rows_staged} rows staged, {staged} counted by kind")
+    equation = (
+        f"extracted {extracted} = {new} new + {changed} changed + {unchanged} unchanged; "
+        f"written {ins} inserted + {upd} updated + {dele} deleted = {new} new + {changed} "
+        f"changed + {vanished} vanished"
+    )
+    metadata: dict[str, object] = {
+        "equation": equation,
+        "rows_extracted": extracted,
+        "rows_new": new,
+        "rows_changed": changed,
+        "rows_unchanged": unchanged,
+        "rows_vanished": vanished,
+        "rows_inserted": ins,
+        "rows_updated": upd,
+        "rows_deleted": dele,
+    }
+    return _equation_outcome(equation, problems, metadata)
+
+
+def _history_reconciled(result: LoadResult) -> CheckOutcome:
+    changes = result.changes
+    opened, closed, in_place, replaced = (
+        changes.get(k, 0) for k in ("open", "close", "update", "remove")
+    )
+    extracted, known = result.rows_extracted, result.rows_unchanged
+    fresh = extracted - known
+    ins, upd, dele = result.rows_inserted, result.rows_updated, result.rows_deleted
+    problems = []
+    if fresh < 0:
+        problems.append(f"{known} events already logged exceed the {extracted} extracted")
+    if (ins, upd, dele) != (opened, closed + in_place, replaced):
+        problems.append(
+            f"the merge wrote {ins} inserted + {upd} updated + {dele} deleted rows for "
+            f"{opened} opened, {closed} closed + {in_place} updated in place, "
+            f"{replaced} replaced versions"
+        )
+    if fresh == 0 and ins + upd + dele:
+        problems.append(f"{ins + upd + dele} version rows written without a new event")
+    equation = (
+        f"extracted {extracted} = {fresh} new events + {known} already logged; versions: "
+        f"inserted {ins} = {opened} opened, updated {upd} = {closed} closed + {in_place} "
+        f"in place, deleted {dele} = {replaced} replaced"
+    )
+    metadata: dict[str, object] = {
+        "equation": equation,
+        "rows_extracted": extracted,
+        "events_new": fresh,
+        "events_already_logged": known,
+        "versions_opened": opened,
+        "versions_closed": closed,
+        "versions_updated_in_place": in_place,
+        "versions_replaced": replaced,
+        "rows_inserted": ins,
+        "rows_updated": upd,
+        "rows_deleted": dele,
+    }
+    return _equation_outcome(equation, problems, metadata)
+
+
+def _equation_outcome(
+    equation: str, problems: list[str], metadata: dict[str, object]
+) -> CheckOutcome:
+    if problems:
+        return CheckOutcome(False, f"{'; '.join(problems)} ({equation})", metadata)
+    return CheckOutcome(True, equation, metadata)
+
+
+# Expected kinds of the columns a spec names (None: any type).
+_KINDS = {
+    "timestamp": (TimestampType, TimestampNTZType),
+    "integer": (ByteType, ShortType, IntegerType, LongType),
+    "boolean": (BooleanType,),
+}
+_WIDTH = {ByteType: 1, ShortType: 2, IntegerType: 4, LongType: 8, FloatType: 4, DoubleType: 8}
+
+
+def schema_matches_spec(target: DeltaTarget, spec: TableSpec) -> CheckOutcome:
+    """The target's Delta schema against what the spec says it holds.
+
+    Every column the spec names (keys, watermark and tie-break, partition column, Delta
+    partition columns, the strategy's columns: snapshot time, tracked columns, validity and
+    soft-delete flags) must be present with a compatible type, and so must every column of a
+    declared ``source.schema`` (as the loader lands it). Target columns the spec does not
+    know are judged only when ``source.schema`` declares the source's columns (otherwise the
+    spec does not list them): they fail the check under ``on_schema_change: fail`` and pass
+    with a warning under ``append_new_columns``.
+    """
+    if not target.exists():
+        return CheckOutcome(True, "target does not exist yet", {})
+    actual = {f.name: f.dataType for f in delta_io.spark_schema(target.open()).fields}
+    expected = expected_columns(spec)
+    missing = [f"{c} ({why})" for c, (_, why) in expected.items() if c not in actual]
+    retyped = [
+        f"{c}: {actual[c].simpleString()}, expected {_kind_text(kind)}"
+        for c, (kind, _) in expected.items()
+        if c in actual and not _compatible(kind, actual[c])
+    ]
+    declared = spec.source.schema_ddl is not None
+    unknown = [c for c in actual if c not in expected]
+    metadata: dict[str, object] = {
+        "missing_columns": ", ".join(missing),
+        "retyped_columns": ", ".join(retyped),
+        "unexpected_columns": ", ".join(unknown) if declared else "",
+        "columns_checked": len(expected),
+        "target_columns": len(actual),
+    }
+    problems = []
+    if missing:
+        problems.append(f"missing: {', '.join(missing)}")
+    if retyped:
+        problems.append(f"retyped: {', '.join(retyped)}")
+    warning = ""
+    if declared and unknown:
+        text = f"columns the spec does not declare: {', '.join(unknown)}"
+        if spec.on_schema_change == "fail":
+            problems.append(f"{text} (on_schema_change: fail)")
+        else:
+            warning = f"; warning: {text} (added under on_schema_change: append_new_columns)"
+    if problems:
+        return CheckOutcome(False, "; ".join(problems), metadata)
+    undeclared = "" if declared else f", {len(unknown)} other columns (no source.schema)"
+    return CheckOutcome(
+        True,
+        f"{len(expected)} columns the spec names are present with compatible types"
+        f"{undeclared}{warning}",
+        metadata,
+    )
+
+
+def expected_columns(spec: TableSpec) -> dict[str, tuple[object, str]]:
+    """The target columns a spec implies: name -> (expected kind or type, why)."""
+    out: dict[str, tuple[object, str]] = {}
+
+    def want(column: str | None, kind: object, why: str) -> None:
+        if column and column not in out:
+            out[column] = (kind, why)
+
+    for column, kind in _declared_columns(spec).items():
+        want(column, kind, "source.schema")
+    for key in spec.keys:
+        want(key, None, "keys")
+    wm = spec.watermark
+    want(wm.column, "timestamp" if wm.is_time else "integer", "watermark.column")
+    want(wm.tiebreak, "integer", "watermark.tiebreak")
+    want(spec.partition_column, "timestamp", "partitioning.column")
+    for column in spec.target.partition_by:
+        want(column, None, "target.partition_by")
+    if spec.landing is not None:
+        return out
+    want(ROW_HASH, "integer", "loader's row hash")
+    strategy = spec.strategy
+    tracked = getattr(strategy, "tracked", None) or []
+    for column in tracked:
+        want(column, None, "strategy.tracked")
+    scd2 = spec.history
+    if scd2 is not None:
+        want(spec.effective_column, "timestamp", "strategy.effective")
+        want(scd2.valid_from, "timestamp", "strategy.valid_from")
+        want(scd2.valid_to, "timestamp", "strategy.valid_to")
+        want(scd2.is_current, "boolean", "strategy.is_current")
+    elif getattr(strategy, "deletes", None) == "soft":
+        want(IS_DELETED, "boolean", "strategy.deletes: soft")
+        want(DELETED_AT, "timestamp", "strategy.deletes: soft")
+    return out
+
+
+def _declared_columns(spec: TableSpec) -> dict[str, DataType]:
+    """A declared ``source.schema`` as the loader lands it: a CDC feed's operation column
+    (and SQL Server's ``__$`` columns) dropped, Debezium images flattened."""
+    ddl = spec.source.schema_ddl
+    if not ddl:
+        return {}
+    fields = {f.name: f.dataType for f in StructType.fromDDL(ddl).fields}
+    feed = spec.feed
+    if feed is None:
+        return fields
+    keep = (spec.watermark.column, spec.partition_column)
+    if feed.encoding == "debezium":
+        after = fields.get(feed.after)
+        image = {f.name: f.dataType for f in after.fields} if isinstance(after, StructType) else {}
+        envelope = {
+            c: t
+            for c, t in fields.items()
+            if c not in (feed.before, feed.after, feed.operation_column) and c not in image
+        }
+        return {**image, **envelope}
+    return {
+        c: t
+        for c, t in fields.items()
+        if c != feed.operation_column
+        and not (feed.encoding == "sqlserver" and c.startswith("__$") and c not in keep)
+    }
+
+
+def _compatible(kind: object, actual: DataType) -> bool:
+    if kind is None:
+        return True
+    if isinstance(kind, str):
+        return isinstance(actual, _KINDS[kind])
+    assert isinstance(kind, DataType)
+    timestamps = _KINDS["timestamp"]
+    if isinstance(kind, timestamps) and isinstance(actual, timestamps):
+        return True  # zone-less source timestamps land as UTC instants
+    wide = _WIDTH.get(type(kind)), _WIDTH.get(type(actual))
+    if None not in wide and (isinstance(kind, (FloatType, DoubleType))) == isinstance(
+        actual, (FloatType, DoubleType)
+    ):
+        return wide[1] >= wide[0]  # type: ignore[operator]
+    return kind.simpleString() == actual.simpleString()
+
+
+def _kind_text(kind: object) -> str:
+    if kind is None:
+        return "any"
+    return kind if isinstance(kind, str) else kind.simpleString()  # type: ignore[union-attr]
