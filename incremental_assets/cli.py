@@ -1,6 +1,6 @@
 """The ``incremental-assets`` command: the demo, and day-2 operations on the tables of a
-tables file (status, rewind, explain, replay-quarantine), read from and written to the Delta
-log."""
+tables file (status, rewind, explain, replay-quarantine, reconcile), read from and written to
+the Delta log."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         "rewind": _rewind,
         "explain": _explain,
         "replay-quarantine": _replay_quarantine,
+        "reconcile": _reconcile,
     }
     try:
         return commands[args.command](args)
@@ -113,7 +114,151 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("table")
     replay.add_argument("--tables", **tables)
+
+    reconcile = commands.add_parser(
+        "reconcile",
+        help="compare source and target row counts per partition and list the partitions "
+        "that differ (exit status 1 when any do); --backfill re-loads just those",
+        description="For each partition in FIRST..LAST, count the rows the target should hold "
+        "(the source's newest version of each key up to the watermark, without quarantined "
+        "rows) and the rows it holds, by the partition column: one Spark aggregation per "
+        "side. Exit status 1 when a partition differs, 0 when none does.",
+    )
+    reconcile.add_argument("table")
+    reconcile.add_argument(
+        "--from", dest="first", required=True, metavar="FIRST", help="first partition key"
+    )
+    reconcile.add_argument(
+        "--to", dest="last", metavar="LAST", help="last partition key (default: the latest)"
+    )
+    reconcile.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    reconcile.add_argument(
+        "--backfill",
+        action="store_true",
+        help="then materialize the differing partitions through Dagster, in this process, on "
+        "the instance in DAGSTER_HOME (no daemon needed): one run per run of adjacent "
+        "partitions, each tagged as a backfill so it re-reads whole partition windows; then "
+        "reconcile again (the exit status reflects the result)",
+    )
+    reconcile.add_argument("--tables", **tables)
     return parser
+
+
+# -- reconcile ----------------------------------------------------------------------------
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    from incremental_assets.engine.reconcile import reconcile
+
+    project = _project(args.tables)
+    spec = _table(project, args.table)
+    start, end, keys = _partition_range(spec, args.first, args.last)
+    target = _target(project, spec)
+    spark = _spark(project, "incremental-assets-reconcile")
+    report = reconcile(spark, spec, target, start, end)
+    _print_reconciliation(report, args.json)
+    if not (args.backfill and report.differing):
+        return 1 if report.differing else 0
+    runs = _backfill(project, spec, [p.partition for p in report.differing], keys)
+    if not args.json:
+        for first, last, run_id, ok in runs:
+            span = first if first == last else f"{first}...{last}"
+            print(f"backfill {span}: run {run_id} {'succeeded' if ok else 'FAILED'}")
+    after = reconcile(spark, spec, target, start, end)
+    if not args.json:
+        print("after the backfill:")
+    _print_reconciliation(after, args.json)
+    return 1 if after.differing or not all(ok for *_, ok in runs) else 0
+
+
+def _print_reconciliation(report, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+        return
+    first, last = report.partitions[0].partition, report.partitions[-1].partition
+    print(
+        f"{report.table}: partitions {first}...{last} by {report.column} "
+        f"(source rows up to the watermark {report.cursor})"
+    )
+    header = ("partition", "source rows", "target rows", "difference")
+    rows = [
+        (p.partition, p.source_rows, p.target_rows, f"{p.difference:+d}" if p.difference else "0")
+        for p in report.partitions
+    ]
+    print(_aligned([header, *rows]))
+    differing = [p.partition for p in report.differing]
+    if differing:
+        plural = "s differ" if len(differing) != 1 else " differs"
+        print(f"{len(differing)} partition{plural}: {', '.join(differing)}")
+    else:
+        print("no partition differs")
+
+
+def _partition_range(spec, first: str, last: str | None):
+    """[start, end) of partitions FIRST..LAST, and every key of the table's partitions."""
+    from incremental_assets.defs.partitions import partitions_for
+
+    partitions = partitions_for(spec)
+    last = last or partitions.get_last_partition_key()
+    for key in (first, last):
+        if key is None or not partitions.has_partition_key(key):
+            example = partitions.get_last_partition_key() or "-"
+            raise CliError(
+                f"'{key}' is not a partition of table '{spec.name}' "
+                f"({spec.partitioning.granularity} partitions from "
+                f"{partitions.get_first_partition_key()} to {example})"
+            )
+    start = partitions.time_window_for_partition_key(first).start
+    end = partitions.time_window_for_partition_key(last).end
+    if end <= start:
+        raise CliError(f"--from {first} is after --to {last}; write them in order")
+    return start, end, partitions.get_partition_keys()
+
+
+def _backfill(project, spec, differing: list[str], keys: list[str]):
+    """Materialize the differing partitions in this process, one run per stretch of
+    adjacent partitions; returns (first, last, run id, success) per run."""
+    import uuid
+
+    import dagster as dg
+
+    from incremental_assets.defs.build import build_definitions
+    from incremental_assets.defs.partitions import BACKFILL_TAG
+
+    if not os.environ.get("DAGSTER_HOME"):
+        raise CliError(
+            "--backfill records its runs on the Dagster instance in DAGSTER_HOME, which is "
+            "not set; set it to the instance's folder (./dev sets it to the project root)"
+        )
+    defs = build_definitions(project)
+    asset = defs.get_assets_def(spec.name)
+    label = f"reconcile-{uuid.uuid4().hex[:8]}"
+    position = {key: i for i, key in enumerate(keys)}
+    stretches: list[list[str]] = []
+    for key in sorted(differing, key=position.__getitem__):
+        if stretches and position[key] == position[stretches[-1][-1]] + 1:
+            stretches[-1].append(key)
+        else:
+            stretches.append([key])
+    runs = []
+    instance = dg.DagsterInstance.get()
+    for stretch in stretches:
+        first, last = stretch[0], stretch[-1]
+        result = dg.materialize(
+            [asset],
+            instance=instance,
+            resources=defs.resources,
+            tags={
+                # A backfill re-reads whole partition windows, even the cursor's own.
+                BACKFILL_TAG: label,
+                "dagster/asset_partition_range_start": first,
+                "dagster/asset_partition_range_end": last,
+                "incremental_assets/reconcile": "true",
+            },
+            raise_on_error=False,
+        )
+        runs.append((first, last, result.run_id, result.success))
+    return runs
 
 
 # -- replay-quarantine ----------------------------------------------------------------------
