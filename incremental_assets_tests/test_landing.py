@@ -274,6 +274,19 @@ def test_a_bad_landing_spec_fails_at_load_naming_table_and_field(tmp_path, good,
         assert any(f == field and words in m for _, f, m in problems), problems
 
 
+def test_a_typo_under_source_landing_gets_a_did_you_mean_hint(tmp_path):
+    path = tmp_path / "tables.yaml"
+    path.write_text(LANDING_YAML.replace("settle: 30s", "settel: 30s, quarantien: bad"))
+    with pytest.raises(SpecError) as info:
+        load_project(path)
+    messages = {f: m for _, f, m in info.value.problems}
+    assert "did you mean 'settle'?" in messages["source.landing.settel"]
+    assert "did you mean 'quarantine'?" in messages["source.landing.quarantien"]
+    assert (
+        "allowed: marker, pattern, quarantine, refine, settle" in messages["source.landing.settel"]
+    )
+
+
 def test_a_landing_spec_loads_with_file_keys_and_the_open_day(tmp_path):
     path = tmp_path / "tables.yaml"
     path.write_text(LANDING_YAML)

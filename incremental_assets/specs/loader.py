@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -286,15 +288,31 @@ def _problems(
 def _fields_at(model: type[BaseModel], path: list[str]) -> list[str]:
     current: Any = model
     for part in path:
-        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        current = _model_in(current)
+        if current is None:
+            return []
+        field = current.model_fields.get(part)
         if field is None:
             field = next((f for f in current.model_fields.values() if f.alias == part), None)
         if field is None:
             return []
         current = field.annotation
-    if not hasattr(current, "model_fields"):
+    current = _model_in(current)
+    if current is None:
         return []
     return [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation names, looking inside ``X | None`` and other unions."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for member in typing.get_args(annotation):
+            found = _model_in(member)
+            if found is not None:
+                return found
+    return None
 
 
 def _unknown_field_message(name: str, allowed: list[str]) -> str:
