@@ -91,3 +91,49 @@ def test_silver_and_gold_follow_bronze_incrementally_and_match_a_full_recompute(
     gold_second = gold_from_silver(spark, silver, gold)
     assert [d.isoformat() for d in gold_second.days] == ["2026-01-02", "2026-01-03"]
     assert gold_rows(gold) == scratch(spark, silver)
+
+
+def test_lines_that_vanish_from_a_rewritten_file_leave_silver_and_gold(spark, tmp_path):
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    spec = landing_spec(folder)
+    wh = tmp_path / "warehouse"
+    bronze = DeltaTarget("invoices_bronze", str(wh / "bronze"))
+    silver = DeltaTarget("invoices_silver", str(wh / "silver"))
+    gold = DeltaTarget("invoices_gold", str(wh / "gold"))
+
+    # a.json: INV1 (3 lines, day 0) and INV2 (2 lines, day 1); b.json: INV3 (day 1).
+    drop(folder, "a.json", [on_day(1, 0, items=3), on_day(2, 1)])
+    drop(folder, "b.json", [on_day(3, 1)])
+    load_landing(spark, spec, bronze, now=NOW)
+    silver_from_bronze(spark, bronze, silver)
+    gold_from_silver(spark, silver, gold)
+
+    # a.json rewritten: INV1 keeps one line, INV2 is gone (day 1 keeps only INV3).
+    drop(folder, "a.json", [on_day(1, 0, items=1)], modified=OLD + timedelta(minutes=1))
+    load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=10))
+    step = silver_from_bronze(spark, bronze, silver)
+    assert step.rows_deleted == 4  # two lines of INV1 and both of INV2
+    lines = DeltaTable(silver.path).to_pyarrow_table(columns=["InvoiceNumber", "ItemCode"])
+    assert sorted(tuple(r.values()) for r in lines.to_pylist()) == [
+        ("INV1", "400"),
+        ("INV3", "400"),
+        ("INV3", "401"),
+    ]
+    refresh = gold_from_silver(spark, silver, gold)
+    assert [d.isoformat() for d in refresh.days] == ["2026-01-01", "2026-01-02"]
+    assert gold_rows(gold) == scratch(spark, silver)
+
+    # b.json rewritten empty of lines for day 1: gold's day 1 row disappears.
+    drop(folder, "b.json", [on_day(4, 0)], modified=OLD + timedelta(minutes=2))
+    load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=20))
+    silver_from_bronze(spark, bronze, silver)
+    gold_from_silver(spark, silver, gold)
+    assert gold_rows(gold) == scratch(spark, silver)
+    assert {r[0] for r in gold_rows(gold)} == {"2026-01-01"}
+
+    # Loading nothing new changes nothing.
+    versions = (DeltaTable(silver.path).version(), DeltaTable(gold.path).version())
+    load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=30))
+    assert silver_from_bronze(spark, bronze, silver).version is None
+    assert (DeltaTable(silver.path).version(), DeltaTable(gold.path).version()) == versions

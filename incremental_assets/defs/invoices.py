@@ -79,6 +79,7 @@ def _metadata(step, target: DeltaTarget, upstream: str) -> dict:
         f"{upstream}_version_to": step.upstream_to if step.upstream_to is not None else -1,
         "rows_read": step.rows_read,
         "rows_written": step.rows_written,
+        "rows_deleted": step.rows_deleted,
         "committed": step.version is not None,
         "delta_version": step.version if step.version is not None else -1,
         "dagster/row_count": row_count(target.open()) if target.exists() else 0,

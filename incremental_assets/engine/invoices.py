@@ -32,6 +32,8 @@ from pyspark.sql import functions as F
 
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.landing import loaded_files
+from incremental_assets.engine.transforms import quote
 from incremental_assets.specs.landing import FILE_ROW, FILE_VERSION, INGESTED_AT, SOURCE_FILE
 
 SILVER_KEYS = ("InvoiceNumber", "ItemCode")
@@ -47,6 +49,7 @@ class StepResult:
     rows_written: int
     version: int | None
     days: tuple[date, ...] = ()
+    rows_deleted: int = 0
 
 
 def covered_version(target: DeltaTarget, upstream: DeltaTarget) -> int:
@@ -72,9 +75,38 @@ def added_since(spark: SparkSession, upstream: DeltaTarget, version: int) -> tup
     return delta_io.read_files(spark, table, now), table.version()
 
 
+# Bronze columns silver reads (flattened or dropped); any other is a column files gained
+# later (schema evolution), carried into silver as it is.
+INVOICE_COLUMNS = (
+    "InvoiceNumber",
+    "CreatedTime",
+    "StoreID",
+    "PosID",
+    "CashierID",
+    "CustomerType",
+    "CustomerCardNo",
+    "TotalAmount",
+    "NumberOfItems",
+    "PaymentMethod",
+    "TaxableAmount",
+    "CGST",
+    "SGST",
+    "CESS",
+    "DeliveryType",
+    "DeliveryAddress",
+    "InvoiceLineItems",
+    SOURCE_FILE,
+    FILE_VERSION,
+    FILE_ROW,
+    INGESTED_AT,
+)
+
+
 def flatten_invoices(bronze: DataFrame) -> DataFrame:
-    """One row per invoice line, the invoice's fields and address beside the line's."""
+    """One row per invoice line, the invoice's fields and address beside the line's, and
+    after them any column bronze gained (see ``INVOICE_COLUMNS``)."""
     line = F.explode("InvoiceLineItems").alias("line")
+    gained = [F.col(quote(c)) for c in bronze.columns if c not in INVOICE_COLUMNS]
     return (
         bronze.select(
             "InvoiceNumber",
@@ -94,6 +126,7 @@ def flatten_invoices(bronze: DataFrame) -> DataFrame:
             FILE_VERSION,
             FILE_ROW,
             INGESTED_AT,
+            *gained,
             line,
         )
         .select(
@@ -129,9 +162,11 @@ def silver_from_bronze(spark: SparkSession, bronze: DeltaTarget, silver: DeltaTa
         f"AND s.{FILE_ROW} > t.{FILE_ROW})))"
     )
     predicate = " AND ".join(f"t.{k} = s.{k}" for k in SILVER_KEYS)
+    rewritten = rewritten_files(bronze, since) if silver.exists() else {}
+    stale = _stale_days(spark, silver, rewritten) if rewritten else set()
     with _staged(lines) as (dataset, rows):
         days = pads.dataset(dataset.files, format="parquet").to_table(columns=[INVOICE_DATE])
-        touched = sorted({str(d) for d in days.column(0).to_pylist() if d is not None})
+        touched = sorted({str(d) for d in days.column(0).to_pylist() if d is not None} | stale)
         properties = _covering(silver, bronze, bronze_version, {TOUCHED: json.dumps(touched)})
         if not silver.exists():
             write_deltalake(
@@ -139,22 +174,71 @@ def silver_from_bronze(spark: SparkSession, bronze: DeltaTarget, silver: DeltaTa
             )
             return StepResult(since, bronze_version, rows, rows, silver.open().version())
         table = silver.open()
-        metrics = (
+        merger = (
             table.merge(
                 dataset.scanner().to_reader(),
                 predicate,
                 source_alias="s",
                 target_alias="t",
+                merge_schema=True,  # bronze's new columns (landing_schema) reach silver
                 commit_properties=properties,
             )
             .when_matched_update_all(predicate=newer)
             .when_not_matched_insert_all()
-            .execute()
         )
+        if rewritten:
+            # Lines of an older version of a rewritten file that its newest version no
+            # longer has: in the same commit as the upserts and the covered version.
+            merger = merger.when_not_matched_by_source_delete(_older_versions("t", rewritten))
+        metrics = merger.execute()
         written = int(metrics.get("num_target_rows_inserted", 0)) + int(
             metrics.get("num_target_rows_updated", 0)
         )
-        return StepResult(since, bronze_version, rows, written, silver.open().version())
+        deleted = int(metrics.get("num_target_rows_deleted", 0))
+        version = silver.open().version()
+        return StepResult(since, bronze_version, rows, written, version, rows_deleted=deleted)
+
+
+def rewritten_files(bronze: DeltaTarget, since: int) -> dict[str, str]:
+    """Files that bronze commits after version ``since`` loaded in a new version while an
+    earlier version of them was loaded before: path -> the newest version. Read from the
+    commits' file lists and the file index, not from the data."""
+    newest: dict[str, tuple[int, str]] = {}
+    table = bronze.open()
+    for load in bronze.loads(table, limit=max(table.version() - since, 0)):
+        if int(load["version"]) <= since:
+            continue
+        for path, version, _ in json.loads(load.get("files") or "[]"):
+            if path not in newest or newest[path][0] < int(load["version"]):
+                newest[path] = (int(load["version"]), version)
+    if not newest:
+        return {}
+    earlier: dict[str, set[str]] = {}
+    for path, version in loaded_files(bronze, record=False):
+        if path in newest:
+            earlier.setdefault(path, set()).add(version)
+    return {p: v for p, (_, v) in newest.items() if earlier.get(p, set()) - {v}}
+
+
+def _older_versions(alias: str, files: dict[str, str]) -> str:
+    def text(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
+
+    return " OR ".join(
+        f"({alias}.{SOURCE_FILE} = {text(p)} AND {alias}.{FILE_VERSION} <> {text(v)})"
+        for p, v in sorted(files.items())
+    )
+
+
+def _stale_days(spark: SparkSession, silver: DeltaTarget, files: dict[str, str]) -> set[str]:
+    """Days of silver rows from older versions of ``files`` (gold recomputes them, as the
+    rows may be deleted)."""
+    rows = delta_io.read_files(spark, silver.open())
+    stale = F.lit(False)
+    for path, version in files.items():
+        stale = stale | ((F.col(SOURCE_FILE) == path) & (F.col(FILE_VERSION) != version))
+    found = rows.filter(stale).select(INVOICE_DATE).distinct().collect()
+    return {str(r[INVOICE_DATE]) for r in found if r[INVOICE_DATE] is not None}
 
 
 def daily_sales(silver: DataFrame) -> DataFrame:

@@ -42,10 +42,13 @@ import pyarrow.parquet as pq
 from deltalake import write_deltalake
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
+from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import CommitResult, DeltaTarget
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.landing_schema import csv_header, read_schema
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.strategies import merge_plan
 from incremental_assets.engine.transforms import quote
@@ -217,9 +220,10 @@ class FileIndex:
         )
 
 
-def loaded_files(target: DeltaTarget) -> set[tuple[str, str]]:
+def loaded_files(target: DeltaTarget, record: bool = True) -> set[tuple[str, str]]:
     """File versions already in bronze or quarantined: the index, completed from the bronze
-    commits it has not caught up with (their metadata lists the files they added)."""
+    commits it has not caught up with (their metadata lists the files they added), which
+    are then recorded in the index unless ``record`` is False (a reader of another layer)."""
     index = FileIndex(target)
     known = index.known()
     if not target.exists():
@@ -234,7 +238,8 @@ def loaded_files(target: DeltaTarget) -> set[tuple[str, str]]:
             known.add((path, version))
             size, mtime = (int(v) for v in version.split("-"))
             missed.append(_index_row(LandedFile(path, size, mtime), "loaded", rows, load))
-    index.record(missed)
+    if record:
+        index.record(missed)
     return known
 
 
@@ -297,7 +302,10 @@ def load_landing(
         raw_path = f"{stage_root}/raw"
         stats: dict[str, dict] = {}
         if readable:
-            _read(spark, spec, readable).write.mode("overwrite").parquet(raw_path)
+            # Before any read: a type change, or a new column under 'fail', stops the run.
+            bronze = delta_io.spark_schema(target.open()) if target.exists() else None
+            schema = read_schema(spark, spec, bronze, [f.path for f in readable])
+            _read(spark, spec, readable, schema).write.mode("overwrite").parquet(raw_path)
             stats = _file_stats(raw_path)
         good, changed = [], 0
         for file in readable:
@@ -361,32 +369,46 @@ def _unreadable_parquet(files: list[LandedFile]) -> tuple[list[LandedFile], dict
     return good, bad
 
 
-def _read(spark: SparkSession, spec: TableSpec, files: list[LandedFile]) -> DataFrame:
-    """The files' rows with their file, size, modification time and row number, and for
-    JSON/CSV the raw text of rows that do not parse against the schema."""
+def _read(
+    spark: SparkSession, spec: TableSpec, files: list[LandedFile], schema: StructType
+) -> DataFrame:
+    """The files' rows (read with ``schema``, see ``landing_schema``) with their file, size,
+    modification time and row number, and for JSON/CSV the raw text of rows that do not
+    parse against the schema."""
     source = spec.source
     reader = spark.read.format(source.format).options(**dict(source.options))
+    corrupt = StructField(CORRUPT, StringType(), True)
     if source.format == "csv":
         reader = reader.option("header", source.options.get("header", "true"))
     if source.format in ("json", "csv"):
-        reader = reader.options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT).schema(
-            f"{source.schema_ddl}, {CORRUPT} STRING"
+        reader = reader.options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
+    groups: dict[tuple[str, ...] | None, list[str]] = {}
+    for file in files:
+        # CSV columns are positional and a short row is malformed: files are read per
+        # header, each with its own columns, then lined up by name (missing ones null).
+        header = csv_header(spec, file.path) if source.format == "csv" else None
+        groups.setdefault(tuple(header) if header else None, []).append(file.path)
+    frames = []
+    for header, paths in groups.items():
+        fields = schema.fields if header is None else [schema[n] for n in header]
+        extra = [corrupt] if source.format in ("json", "csv") else []
+        df = reader.schema(StructType([*fields, *extra])).load(paths)
+        if CORRUPT not in df.columns:
+            df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
+        frames.append(
+            df.withColumn("_f_path", F.col("_metadata.file_path"))
+            .withColumn("_f_size", F.col("_metadata.file_size"))
+            .withColumn("_f_mtime_ms", F.unix_millis(F.col("_metadata.file_modification_time")))
+            .withColumn("_f_start", F.col("_metadata.file_block_start"))
+            .withColumn("_f_pos", F.monotonically_increasing_id())
         )
-    elif source.schema_ddl:
-        reader = reader.schema(source.schema_ddl)
-    df = reader.load([f.path for f in files])
-    if CORRUPT not in df.columns:
-        df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other, allowMissingColumns=True)
     # Splits of one file are ordered by their offset, rows within a split by position.
     order = Window.partitionBy("_f_path").orderBy("_f_start", "_f_pos")
-    return (
-        df.withColumn("_f_path", F.col("_metadata.file_path"))
-        .withColumn("_f_size", F.col("_metadata.file_size"))
-        .withColumn("_f_mtime_ms", F.unix_millis(F.col("_metadata.file_modification_time")))
-        .withColumn("_f_start", F.col("_metadata.file_block_start"))
-        .withColumn("_f_pos", F.monotonically_increasing_id())
-        .withColumn(FILE_ROW, F.row_number().over(order).cast("long"))
-        .drop("_f_start", "_f_pos")
+    return df.withColumn(FILE_ROW, F.row_number().over(order).cast("long")).drop(
+        "_f_start", "_f_pos"
     )
 
 
@@ -486,7 +508,9 @@ def _commit(
             "files_loaded": len(files),
         },
         partition_by=list(spec.target.partition_by),
-        add_new_columns=spec.on_schema_change == "append_new_columns",
+        # The read schema passed landing_schema's checks: a column bronze lacks is one the
+        # spec declares or on_schema_change allows.
+        add_new_columns=True,
     )
 
 
