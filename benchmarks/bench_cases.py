@@ -397,5 +397,13 @@ CASES: dict[str, Case] = {
             expect=lambda inc: (inc.inserts, inc.updated_keys + inc.deletes, 0),
             note="deleted rows kept with is_deleted (counted as updates)",
         ),
+        Case(
+            "scd2_cdc",
+            ORDERS_FEED,
+            {"kind": "scd2", "changes": {"kind": "cdc"}},
+            expect=None,
+            note="history of the feed: every change a version (valid_from, valid_to, "
+            "is_current); the change log in <target>__changes",
+        ),
     ]
 }

@@ -8,7 +8,10 @@ deletion vectors nor column mapping, the two features a plain Parquet read would
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -16,7 +19,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import DateType, IntegralType, StringType, StructField, StructType
 
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.transforms import quote
@@ -66,6 +69,50 @@ def _file_admits(row: dict, part: Part) -> bool:
             # keep the file; Spark's filter is exact.
             continue
     return True
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """The sorted, distinct values of a table's first key column that a run touches: files
+    whose statistics bracket none of them are not read (``files_holding``)."""
+
+    column: str
+    values: Sequence[int | str | date]
+
+
+def touched_keys(rows: DataFrame, keys: Sequence[str], limit: int = 2_000_000) -> KeySet | None:
+    """The distinct values of the first key in ``rows``, or None (read every file) when
+    the key's type has no reliable statistics or there are more than ``limit`` values."""
+    column = keys[0]
+    kind = rows.schema[column].dataType
+    if not isinstance(kind, (IntegralType, StringType, DateType)):
+        return None
+    key = F.col(quote(column))
+    found = rows.select(key).filter(key.isNotNull()).distinct().limit(limit + 1).collect()
+    if len(found) > limit:
+        return None
+    return KeySet(column, sorted(row[0] for row in found))
+
+
+def files_holding(actions: pa.Table, keys: KeySet) -> list[dict]:
+    """The add actions that may hold one of ``keys``: those whose min/max statistics of the
+    key column bracket one of the values. Files without usable statistics are kept.
+    (Truncated string statistics are still bounds: writers shorten the minimum and round
+    the maximum up.)"""
+    return [row for row in actions.to_pylist() if _brackets(row, keys.column, keys.values)]
+
+
+def _brackets(row: dict, column: str, values: Sequence) -> bool:
+    if f"partition.{column}" in row:
+        return True  # partition values are text; Spark's join is exact
+    low, high = row.get(f"min.{column}"), row.get(f"max.{column}")
+    if low is None or high is None:
+        return True
+    try:
+        i = bisect_left(values, low)
+        return i < len(values) and values[i] <= high
+    except TypeError:
+        return True
 
 
 def read_files(

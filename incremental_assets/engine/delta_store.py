@@ -182,8 +182,19 @@ class DeltaTarget:
                 return loads[0]
         return {}
 
-    def to_spark(self, spark: SparkSession, version: int | None = None) -> DataFrame:
-        return delta_io.read_files(spark, self.open(version))
+    def to_spark(
+        self,
+        spark: SparkSession,
+        version: int | None = None,
+        holding: delta_io.KeySet | None = None,
+    ) -> DataFrame:
+        """The table's rows; with ``holding``, only from the files that may hold those keys
+        (the caller still filters rows by key)."""
+        table = self.open(version)
+        if holding is None:
+            return delta_io.read_files(spark, table)
+        files = delta_io.files_holding(delta_io.live_files(table), holding)
+        return delta_io.read_files(spark, table, files)
 
     def commit(
         self,
@@ -347,8 +358,12 @@ class Tombstones:
         )
         return deletes.num_rows
 
-    def to_spark(self, spark: SparkSession) -> DataFrame | None:
-        return self.location.to_spark(spark) if self.location.exists() else None
+    def to_spark(
+        self, spark: SparkSession, holding: delta_io.KeySet | None = None
+    ) -> DataFrame | None:
+        if not self.location.exists():
+            return None
+        return self.location.to_spark(spark, holding=holding)
 
 
 class ChangeLog:
@@ -377,8 +392,12 @@ class ChangeLog:
             )
         return rows
 
-    def to_spark(self, spark: SparkSession) -> DataFrame | None:
-        return self.location.to_spark(spark) if self.location.exists() else None
+    def to_spark(
+        self, spark: SparkSession, holding: delta_io.KeySet | None = None
+    ) -> DataFrame | None:
+        if not self.location.exists():
+            return None
+        return self.location.to_spark(spark, holding=holding)
 
 
 def _plain(value: Any) -> Any:

@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from incremental_assets.engine import (
     changes,
+    delta_io,
     history,
     predicates,
     quality,
@@ -594,11 +595,10 @@ def _stage_history(
     scd2 = spec.history
     assert scd2 is not None
     rows = window_rows(spec, source, window)
-    stored = target.to_spark(spark) if state.exists else None
     if spec.takes_snapshots:
         current = None
-        if stored is not None:
-            live = stored.filter(F.col(transforms.quote(scd2.is_current)))
+        if state.exists:
+            live = target.to_spark(spark).filter(F.col(transforms.quote(scd2.is_current)))
             current = live.drop(scd2.valid_from, scd2.valid_to, scd2.is_current)
         assert isinstance(window.high_water, datetime)
         rows = snapshot_changes(rows, current, spec.keys, SNAPSHOT_AT, window.high_water)
@@ -618,7 +618,17 @@ def _stage_history(
 
     events = spark.read.parquet(events_path)
     columns = history_columns(spec, events.columns)
-    logged = ChangeLog(target).to_spark(spark)
+    # Only the files of the log and the target that may hold a touched key are read: the
+    # run's cost follows its keys, not the table (both are written in key order).
+    # Their rows of the touched keys are staged once: what follows reads them several times.
+    touched = delta_io.touched_keys(events, spec.keys) if state.exists else None
+    stored = target.to_spark(spark, holding=touched) if state.exists else None
+    logged = ChangeLog(target).to_spark(spark, holding=touched)
+    keys = events.select(*[F.col(transforms.quote(k)) for k in spec.keys]).distinct()
+    if stored is not None:
+        stored = _staged(stored.join(F.broadcast(keys), spec.keys, "left_semi"), stage_root, "held")
+    if logged is not None:
+        logged = _staged(logged.join(F.broadcast(keys), spec.keys, "left_semi"), stage_root, "log")
     increment, fresh = history.history_changes(events, logged, stored, columns)
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
     (
@@ -628,8 +638,19 @@ def _stage_history(
         .parquet(f"{stage_root}/increment")
     )
     fresh_path = f"{stage_root}/new_changes"
-    fresh.write.mode("overwrite").parquet(fresh_path)
+    (
+        fresh.repartitionByRange(*key_columns)
+        .sortWithinPartitions(*key_columns)
+        .write.mode("overwrite")
+        .parquet(fresh_path)
+    )
     return observed, new_columns, fresh_path
+
+
+def _staged(rows: DataFrame, stage_root: str, name: str) -> DataFrame:
+    path = f"{stage_root}/{name}"
+    rows.write.mode("overwrite").parquet(path)
+    return rows.sparkSession.read.parquet(path)
 
 
 def history_columns(spec: TableSpec, columns: list[str]) -> history.HistoryColumns:
