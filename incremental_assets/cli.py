@@ -156,18 +156,27 @@ def _reconcile(args: argparse.Namespace) -> int:
     target = _target(project, spec)
     spark = _spark(project, "incremental-assets-reconcile")
     report = reconcile(spark, spec, target, start, end)
-    _print_reconciliation(report, args.json)
     if not (args.backfill and report.differing):
+        _print_reconciliation(report, args.json)
         return 1 if report.differing else 0
-    runs = _backfill(project, spec, [p.partition for p in report.differing], keys)
     if not args.json:
+        _print_reconciliation(report, False)
+    runs = _backfill(project, spec, [p.partition for p in report.differing], keys)
+    after = reconcile(spark, spec, target, start, end)
+    if args.json:
+        # One document: the reconciliation after the backfill, the one before and the runs.
+        backfill = [
+            {"first": first, "last": last, "run_id": run_id, "success": ok}
+            for first, last, run_id, ok in runs
+        ]
+        before = report.to_json()
+        print(json.dumps({**after.to_json(), "before": before, "backfill": backfill}, indent=2))
+    else:
         for first, last, run_id, ok in runs:
             span = first if first == last else f"{first}...{last}"
             print(f"backfill {span}: run {run_id} {'succeeded' if ok else 'FAILED'}")
-    after = reconcile(spark, spec, target, start, end)
-    if not args.json:
         print("after the backfill:")
-    _print_reconciliation(after, args.json)
+        _print_reconciliation(after, False)
     return 1 if after.differing or not all(ok for *_, ok in runs) else 0
 
 

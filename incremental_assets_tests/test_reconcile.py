@@ -55,6 +55,9 @@ def test_reconcile_finds_the_partition_with_late_rows_and_a_backfill_repairs_it(
     as_json = json.loads(run("--from", "2026-01-01", "--to", "2026-01-03", "--json")[1])
     repaired, backfill_text = run("--from", "2026-01-01", "--to", "2026-01-03", "--backfill")
     after, after_text = run("--from", "2026-01-01", "--to", "2026-01-03")
+    project.source.upsert([(98, "placed", 9.0, at(2, 12))])  # late again, on day 2
+    code_json, text_json = run("--from", "2026-01-01", "--to", "2026-01-03", "--backfill", "--json")
+    second = json.loads(text_json[text_json.index("{") :])  # Dagster may print before it
 
     # Order 1's newest version is on day 3 in both source and target; order 99 is missing.
     counts = [(p.partition, p.source_rows, p.target_rows) for p in report.partitions]
@@ -72,19 +75,33 @@ def test_reconcile_finds_the_partition_with_late_rows_and_a_backfill_repairs_it(
     assert "backfill 2026-01-01: run " in backfill_text and "succeeded" in backfill_text
     assert backfill_text.rstrip().endswith("no partition differs")
     assert after == 0 and after_text.rstrip().endswith("no partition differs")
+    assert code_json == 0
+    assert second["before"]["differing"] == ["2026-01-02"] and second["differing"] == []
+    assert [(r["first"], r["last"], r["success"]) for r in second["backfill"]] == [
+        ("2026-01-02", "2026-01-02", True)
+    ]
     instance = dg.DagsterInstance.get()
     runs = instance.get_runs(dg.RunsFilter(tags={"incremental_assets/reconcile": "true"}))
-    assert len(runs) == 1
-    assert runs[0].tags["dagster/asset_partition_range_start"] == "2026-01-01"
-    assert runs[0].tags["dagster/asset_partition_range_end"] == "2026-01-01"
+    assert sorted(r.tags["dagster/asset_partition_range_start"] for r in runs) == [
+        "2026-01-01",
+        "2026-01-02",
+    ]
+    assert all(r.tags["dagster/backfill"].startswith("reconcile-") for r in runs)
 
 
-def test_reconcile_counts_the_newest_change_per_key_of_a_cdc_feed(spark, tmp_path):
+def test_reconcile_counts_the_newest_change_per_key_of_a_cdc_feed_by_hour(spark, tmp_path):
     from incremental_assets_tests.conftest import ParquetFolder
-    from incremental_assets_tests.test_cdc import cdc_spec, feed
+    from incremental_assets_tests.test_cdc import feed
 
     folder = ParquetFolder(tmp_path / "feed")
-    spec = cdc_spec(folder.path)
+    spec = make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        keys=["id"],
+        watermark={"column": "lsn", "kind": "id", "lookback": 0},
+        partitioning={"column": "changed_at", "granularity": "hourly"},
+        strategy={"kind": "cdc"},
+    )
     target = DeltaTarget("feed", str(tmp_path / "target"))
     folder.drop(
         feed(
@@ -99,9 +116,11 @@ def test_reconcile_counts_the_newest_change_per_key_of_a_cdc_feed(spark, tmp_pat
 
     report = reconcile(spark, spec, target, at(1), at(3))
 
-    counts = [(p.partition, p.source_rows, p.target_rows) for p in report.partitions]
-    assert counts == [("2026-01-01", 1, 1), ("2026-01-02", 1, 1)]
-    assert not report.differing
+    counts = [
+        (p.partition, p.source_rows, p.target_rows) for p in report.partitions if p.source_rows
+    ]
+    assert counts == [("2026-01-01-02:00", 1, 1), ("2026-01-02-03:00", 1, 1)]
+    assert len(report.partitions) == 48 and not report.differing
 
 
 def test_reconcile_refuses_tables_whose_partitions_are_not_windows_of_source_rows(tmp_path):
