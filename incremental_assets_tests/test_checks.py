@@ -339,6 +339,12 @@ def test_new_checks_run_on_every_materialization(tmp_path, spark):
     for name in ("keys_not_null", "rows_reconciled", "schema_matches_spec"):
         assert evaluations[name].passed, evaluations[name].description
     assert evaluations["keys_not_null"].metadata["null_order_id"].value == 0
+    specs = {c.name: c for c in project.defs.get_assets_def("orders").check_specs}
+    assert specs["keys_not_null"].blocking
+    assert not specs["rows_reconciled"].blocking and not specs["schema_matches_spec"].blocking
+    assert specs["rows_reconciled"].description.startswith(
+        "Rows extracted = inserted + updated + unchanged + superseded + quarantined"
+    )
     assert evaluations["rows_reconciled"].metadata["equation"].value == (
         "extracted 2 = inserted 2 + updated 0 + unchanged 0 + superseded 0 + quarantined 0"
     )
