@@ -25,6 +25,7 @@ import dagster as dg
 
 from incremental_assets.definitions import PROJECT_ROOT, tables_path
 from incremental_assets.defs.build import build_definitions
+from incremental_assets.defs.invoices import layer_names
 from incremental_assets.demo.shop_database import (
     ORDERS_TABLE,
     PASSWORD_ENV,
@@ -32,10 +33,13 @@ from incremental_assets.demo.shop_database import (
     jdbc_jar,
     shop_database,
 )
-from incremental_assets.demo.simulator import SourceSimulator, day
+from incremental_assets.demo.simulator import INVOICE_DDL, SourceSimulator, day
+from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.invoices import daily_sales
+from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import local_session
-from incremental_assets.specs import ProjectSpec, load_project
+from incremental_assets.specs import ProjectSpec, TableSpec, load_project
 
 POSTGRES_TABLES = Path(__file__).with_name("tables_postgres.yaml")
 COLUMNS = (
@@ -121,14 +125,50 @@ def _environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = before
 
 
+INVOICES = "invoices_bronze"
+
+
+def invoices_spec(simulator: SourceSimulator) -> TableSpec:
+    """The demo's landing table of point-of-sale invoice files, with silver and gold."""
+    return TableSpec.model_validate(
+        {
+            "name": INVOICES,
+            "description": "Invoice files dropped by point-of-sale systems (JSON lines), "
+            "each file version loaded once; silver and gold follow.",
+            "source": {
+                "format": "json",
+                "path": simulator.invoices_path,
+                "schema": INVOICE_DDL,
+                "landing": {"settle": "30s", "refine": "invoices"},
+            },
+            "strategy": "append",
+            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+        }
+    )
+
+
+def _with_invoices(project: ProjectSpec, simulator: SourceSimulator) -> ProjectSpec:
+    """The project plus the invoice landing table, unless tables.yaml already has one."""
+    if any(t.name == INVOICES for t in project.tables):
+        return project
+    return project.model_copy(update={"tables": [*project.tables, invoices_spec(simulator)]})
+
+
 def _run(
     project: ProjectSpec,
     simulator: SourceSimulator,
     rounds: int,
     database: ShopDatabase | None = None,
 ) -> int:
-    defs = build_definitions(project)
+    full = _with_invoices(project, simulator)
+    project = project.model_copy(
+        update={"tables": [t for t in project.tables if t.name != INVOICES]}
+    )
+    defs = build_definitions(full)
     assets = [defs.get_assets_def(spec.name) for spec in project.tables]
+    invoice_assets = [
+        defs.get_assets_def(n) for n in (INVOICES, *layer_names(full.table(INVOICES)))
+    ]
     resources = defs.resources
     started = time.perf_counter()
 
@@ -154,6 +194,8 @@ def _run(
             _print_table(rows)
             if database:
                 _print_window_filters(database, since)
+            dropped = simulator.write_invoices(day(n), n, day(1))
+            _load_invoices(instance, invoice_assets, resources, dropped, f"{day(n):%Y-%m-%d}")
 
         first, last = f"{day(1):%Y-%m-%d}", f"{day(rounds):%Y-%m-%d}"
         print(
@@ -179,11 +221,80 @@ def _run(
             f"  {spec.name:<17} {verdict} to a full reload ({rows} rows; {extra} extra, "
             f"{missing} missing)"
         )
+    failures += _check_invoices(spark, full, defs.resources["warehouse"])
     print(
         f"\nDemo finished in {time.perf_counter() - started:.0f}s. "
         "Open the Dagster UI with ./dev ui to see the runs, metadata and checks."
     )
     return 1 if failures else 0
+
+
+def _load_invoices(instance, assets, resources, dropped: dict, partition: str) -> None:
+    """Bronze for the round's partition (every new file), then silver and gold."""
+    started = time.perf_counter()
+    bronze, silver, gold = (a.key.to_user_string() for a in assets)
+    files = ", ".join(f"{k} ({v} invoices)" if v else f"{k} (corrupt)" for k, v in dropped.items())
+    print(f"  invoice files dropped: {files}")
+    run = dg.materialize(
+        assets[:1],
+        selection=[bronze],
+        partition_key=partition,
+        instance=instance,
+        resources=resources,
+        run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+    )
+    meta = {k: v.value for k, v in run.asset_materializations_for_node(bronze)[-1].metadata.items()}
+    quarantined = [
+        c for c in run.get_asset_check_evaluations() if c.check_name == "no_files_quarantined"
+    ]
+    layers = dg.materialize(
+        assets[1:],
+        instance=instance,
+        resources=resources,
+        run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+    )
+    s_meta = {
+        k: v.value for k, v in layers.asset_materializations_for_node(silver)[-1].metadata.items()
+    }
+    g_meta = {
+        k: v.value for k, v in layers.asset_materializations_for_node(gold)[-1].metadata.items()
+    }
+    warned = [c for c in quarantined if not c.passed]
+    print(
+        f"  {bronze}: {meta['files_loaded']} files loaded, {meta['files_quarantined']} "
+        f"quarantined{' (check no_files_quarantined warns)' if warned else ''}, "
+        f"{meta['rows_inserted']} rows; {silver}: {s_meta['rows_written']} lines upserted, "
+        f"{s_meta['rows_deleted']} deleted; {gold}: days recomputed {g_meta['days_recomputed']} "
+        f"({time.perf_counter() - started:.1f}s)"
+    )
+
+
+def _check_invoices(spark, project: ProjectSpec, warehouse) -> int:
+    """Gold equals a from-scratch aggregation of silver; the corrupt file is quarantined."""
+    spec = project.table(INVOICES)
+    silver_name, gold_name = layer_names(spec)
+    root = project.warehouse.root.rstrip("/")
+    options = warehouse.storage_options()
+    silver = DeltaTarget(silver_name, f"{root}/{silver_name}", options).to_spark(spark)
+    gold = DeltaTarget(gold_name, f"{root}/{gold_name}", options).to_spark(spark)
+    scratch = daily_sales(silver).select(*gold.columns)
+    extra, missing = gold.exceptAll(scratch).count(), scratch.exceptAll(gold).count()
+    verdict = "equal" if extra == missing == 0 else "DIFFERENT"
+    print(
+        f"  {gold_name:<17} {verdict} to a from-scratch aggregation of {silver_name} "
+        f"({gold.count()} rows; {extra} extra, {missing} missing)"
+    )
+    folder = quarantine_dir(str(spec.source.path), spec.landing)
+    moved = (
+        sorted(p for p in os.listdir(folder) if not p.endswith(".reason.txt"))
+        if os.path.isdir(folder)
+        else []
+    )
+    corrupt = [p for p in moved if "corrupt" in p]
+    print(
+        f"  {spec.name:<17} corrupt files quarantined: {', '.join(corrupt) or 'NONE'} (in {folder})"
+    )
+    return (verdict != "equal") + (not corrupt)
 
 
 def _print_window_filters(database: ShopDatabase, since: int | None) -> None:

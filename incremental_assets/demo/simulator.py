@@ -14,11 +14,16 @@ Each round writes one simulated day, the way real sources misbehave:
   events, and events delivered a day late, out of order (loaded twice: as the current
   customers, and as their history);
 - products (one Parquet file, rewritten each day: a nightly export of the whole table with
-  no change column): price changes, new products, discontinued ones, and some that return.
+  no change column): price changes, new products, discontinued ones, and some that return;
+- invoices (JSON-lines files dropped into a landing folder by point-of-sale systems,
+  ``write_invoices``): a few files per day, one corrupt file in the first round, and from
+  the second round on one late file for the first day.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -69,6 +74,16 @@ PRODUCTS_SCHEMA = pa.schema(
         ("category", pa.string()),
         ("price", pa.decimal128(10, 2)),
     ]
+)
+INVOICE_DDL = (
+    "InvoiceNumber STRING, CreatedTime BIGINT, StoreID STRING, PosID STRING, "
+    "CashierID STRING, CustomerType STRING, CustomerCardNo STRING, TotalAmount DOUBLE, "
+    "NumberOfItems INT, PaymentMethod STRING, TaxableAmount DOUBLE, CGST DOUBLE, "
+    "SGST DOUBLE, CESS DOUBLE, DeliveryType STRING, "
+    "DeliveryAddress STRUCT<AddressLine: STRING, City: STRING, ContactNumber: STRING, "
+    "PinCode: STRING, State: STRING>, "
+    "InvoiceLineItems ARRAY<STRUCT<ItemCode: STRING, ItemDescription: STRING, "
+    "ItemPrice: DOUBLE, ItemQty: INT, TotalValue: DOUBLE>>"
 )
 STATUSES = ["placed", "paid", "packed", "shipped", "delivered", "cancelled"]
 EVENT_TYPES = ["view", "click", "add_to_cart", "checkout"]
@@ -139,6 +154,7 @@ class SourceSimulator:
     late: int = 50
     very_late: int = 20
     events_per_day: int = 5000
+    invoices_per_file: int = 40
     orders: OrdersSink | None = None
 
     def __post_init__(self) -> None:
@@ -155,6 +171,7 @@ class SourceSimulator:
         self._held_back: list[dict] = []
         self._products: dict[int, dict] = {}
         self._discontinued: dict[int, dict] = {}
+        self._next_invoice = 0
 
     @property
     def orders_path(self) -> str:
@@ -171,6 +188,79 @@ class SourceSimulator:
     @property
     def products_path(self) -> str:
         return str(self.root / "products")
+
+    @property
+    def invoices_path(self) -> str:
+        return str(self.root / "invoices")
+
+    def write_invoices(self, day: datetime, round_number: int, first_day: datetime) -> dict:
+        """Drop one round of invoice files: two files of ``day``, in round 1 a corrupt file,
+        from round 2 on a late file of ``first_day``. Returns file name -> invoices (None
+        for the corrupt file). Files are dated a minute back, so they have settled."""
+        rng = random.Random(f"{self.seed}-invoices-{round_number}")
+        folder = Path(self.invoices_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        written: dict[str, int | None] = {}
+        batches = [(day, f"pos-{day:%Y%m%d}-{n}.json") for n in (1, 2)]
+        if round_number >= 2:
+            batches.append((first_day, f"pos-{first_day:%Y%m%d}-late-r{round_number}.json"))
+        for when, name in batches:
+            rows = [self._invoice(rng, when) for _ in range(self.invoices_per_file)]
+            self._drop(folder / name, "".join(json.dumps(r) + "\n" for r in rows))
+            written[name] = len(rows)
+        if round_number == 1:
+            good = json.dumps(self._invoice(rng, day))
+            self._drop(folder / f"pos-{day:%Y%m%d}-corrupt.json", good + '\n{"InvoiceNumber": \n')
+            written[f"pos-{day:%Y%m%d}-corrupt.json"] = None
+        return written
+
+    def _drop(self, path: Path, text: str) -> None:
+        path.write_text(text)
+        stamp = datetime.now(UTC).timestamp() - 60
+        os.utime(path, (stamp, stamp))
+
+    def _invoice(self, rng: random.Random, day: datetime) -> dict:
+        self._next_invoice += 1
+        lines = []
+        for i in range(rng.randint(1, 4)):
+            price = round(rng.uniform(5, 200), 2)
+            qty = rng.randint(1, 3)
+            lines.append(
+                {
+                    "ItemCode": f"{100 + rng.randrange(40)}-{i}",
+                    "ItemDescription": f"item {i}",
+                    "ItemPrice": price,
+                    "ItemQty": qty,
+                    "TotalValue": round(price * qty, 2),
+                }
+            )
+        total = round(sum(line["TotalValue"] for line in lines), 2)
+        created = day + timedelta(seconds=rng.randrange(86_400))
+        return {
+            "InvoiceNumber": f"INV{self._next_invoice:07d}",
+            "CreatedTime": int(created.timestamp() * 1000),
+            "StoreID": rng.choice(["STR7188", "STR1534", "STR2629"]),
+            "PosID": f"POS{rng.randrange(1, 9)}",
+            "CashierID": f"C{rng.randrange(1, 30)}",
+            "CustomerType": rng.choice(["PRIME", "NONPRIME"]),
+            "CustomerCardNo": str(rng.randrange(10**9, 10**10)),
+            "TotalAmount": total,
+            "NumberOfItems": len(lines),
+            "PaymentMethod": rng.choice(["CARD", "CASH", "UPI"]),
+            "TaxableAmount": total,
+            "CGST": round(total * 0.025, 2),
+            "SGST": round(total * 0.025, 2),
+            "CESS": 0.0,
+            "DeliveryType": rng.choice(["TAKEAWAY", "HOME-DELIVERY"]),
+            "DeliveryAddress": {
+                "AddressLine": "1 Main St",
+                "City": rng.choice(["Pune", "Mumbai", "Nagpur"]),
+                "ContactNumber": "9000000000",
+                "PinCode": "411001",
+                "State": "MH",
+            },
+            "InvoiceLineItems": lines,
+        }
 
     def write_day(self, day: datetime) -> RoundSummary:
         """Write one simulated day (``day`` is midnight UTC)."""
