@@ -77,6 +77,8 @@ class SourceAccessError(IncrementalLoadError):
 class JdbcSource(Source):
     """One table of a database, opened once per run (its schema is read at open)."""
 
+    remote = True
+
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
         super().__init__(table, spec)
         self._spark = spark

@@ -510,6 +510,10 @@ def _increment(
 ) -> tuple[DataFrame, Observation, list[str]]:
     wm = spec.watermark.column
     rows, observation = _observed(spec, _checked(spec, window_rows(spec, source, window)))
+    if source.remote and not spec.takes_snapshots:
+        # Range partitioning samples its input in a job of its own before the write.
+        rows.write.mode("overwrite").parquet(f"{stage_root}/window")
+        rows = spark.read.parquet(f"{stage_root}/window")
     rows = _divert(spark, spec, rows, stage_root, run_id)
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
     if spec.takes_snapshots:

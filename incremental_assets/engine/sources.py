@@ -35,6 +35,10 @@ _URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "f
 class Source(ABC):
     """A table's source, opened once per run: a Delta source pins its snapshot at open."""
 
+    # Whether each read is work for another system (a database): a run then reads its
+    # window once, into its staging folder, rather than once per Spark job.
+    remote = False
+
     def __init__(self, table: str, spec: SourceSpec):
         self.table = table
         self.spec = spec
