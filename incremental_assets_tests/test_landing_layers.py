@@ -132,6 +132,14 @@ def test_lines_that_vanish_from_a_rewritten_file_leave_silver_and_gold(spark, tm
     assert gold_rows(gold) == scratch(spark, silver)
     assert {r[0] for r in gold_rows(gold)} == {"2026-01-01"}
 
+    # INV1 corrected to day 2: its old day is recomputed too.
+    drop(folder, "a.json", [on_day(1, 2, items=1)], modified=OLD + timedelta(minutes=3))
+    load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=25))
+    silver_from_bronze(spark, bronze, silver)
+    moved = gold_from_silver(spark, silver, gold)
+    assert [d.isoformat() for d in moved.days] == ["2026-01-01", "2026-01-03"]
+    assert gold_rows(gold) == scratch(spark, silver)
+
     # Loading nothing new changes nothing.
     versions = (DeltaTable(silver.path).version(), DeltaTable(gold.path).version())
     load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=30))

@@ -166,7 +166,11 @@ def silver_from_bronze(spark: SparkSession, bronze: DeltaTarget, silver: DeltaTa
     stale = _stale_days(spark, silver, rewritten) if rewritten else set()
     with _staged(lines) as (dataset, rows):
         days = pads.dataset(dataset.files, format="parquet").to_table(columns=[INVOICE_DATE])
-        touched = sorted({str(d) for d in days.column(0).to_pylist() if d is not None} | stale)
+        touched = {str(d) for d in days.column(0).to_pylist() if d is not None} | stale
+        if silver.exists():
+            # A line whose invoice moved to another day leaves its old day too.
+            touched |= _days_held(spark, silver, spark.read.parquet(*dataset.files))
+        touched = sorted(touched)
         properties = _covering(silver, bronze, bronze_version, {TOUCHED: json.dumps(touched)})
         if not silver.exists():
             write_deltalake(
@@ -228,6 +232,15 @@ def _older_versions(alias: str, files: dict[str, str]) -> str:
         f"({alias}.{SOURCE_FILE} = {text(p)} AND {alias}.{FILE_VERSION} <> {text(v)})"
         for p, v in sorted(files.items())
     )
+
+
+def _days_held(spark: SparkSession, silver: DeltaTarget, lines: DataFrame) -> set[str]:
+    """The days silver holds now for the keys of ``lines`` (reading only the files whose
+    key statistics may hold them)."""
+    keys = lines.select(*SILVER_KEYS).distinct()
+    current = silver.to_spark(spark, holding=delta_io.touched_keys(keys, SILVER_KEYS))
+    found = current.join(keys, list(SILVER_KEYS), "left_semi").select(INVOICE_DATE).distinct()
+    return {str(r[INVOICE_DATE]) for r in found.collect() if r[INVOICE_DATE] is not None}
 
 
 def _stale_days(spark: SparkSession, silver: DeltaTarget, files: dict[str, str]) -> set[str]:
