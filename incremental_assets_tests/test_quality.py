@@ -48,6 +48,8 @@ def test_warn_keeps_quarantine_diverts_and_both_are_counted(spark, orders_source
     assert report.failures == {"amount_positive": 2, "known_status": 2}
     assert (report.rows_checked, report.rows_failing_any, report.rows_quarantined) == (4, 3, 2)
     assert report.score == 0.25
+    # Diverted rows are counted as quarantined, not as duplicates of the batch.
+    assert (result.rows_staged, result.duplicates_in_batch) == (2, 0)
     # Quarantined rows never hold the watermark back.
     assert result.cursor_after == at(1, 4)
 

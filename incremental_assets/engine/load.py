@@ -101,13 +101,17 @@ class LoadResult:
     def rows_unchanged(self) -> int:
         if self.unchanged is not None:
             return self.unchanged
-        return self.rows_staged - self.rows_inserted - self.rows_updated
+        # Staged rows the merge did not write (a CDC delete is staged and deletes a row).
+        return self.rows_staged - self.rows_inserted - self.rows_updated - self.rows_deleted
 
     @property
     def duplicates_in_batch(self) -> int:
+        """Extracted rows superseded by a newer row of their key in the same batch (or by a
+        tombstone); quarantined rows are counted apart."""
         if self.unchanged is not None:
             return 0
-        return self.rows_extracted - self.rows_staged
+        quarantined = self.quality.rows_quarantined if self.quality else 0
+        return self.rows_extracted - self.rows_staged - quarantined
 
 
 class _Phases:
