@@ -227,12 +227,10 @@ def _partition_range(spec, first: str, last: str | None):
 def _backfill(project, spec, differing: list[str], keys: list[str]):
     """Materialize the differing partitions in this process, one run per stretch of
     adjacent partitions; returns (first, last, run id, success) per run."""
-    import uuid
-
     import dagster as dg
 
     from incremental_assets.defs.build import build_definitions
-    from incremental_assets.defs.partitions import BACKFILL_TAG
+    from incremental_assets.defs.partitions import RELOAD_TAG
 
     if not os.environ.get("DAGSTER_HOME"):
         raise CliError(
@@ -241,7 +239,6 @@ def _backfill(project, spec, differing: list[str], keys: list[str]):
         )
     defs = build_definitions(project)
     asset = defs.get_assets_def(spec.name)
-    label = f"reconcile-{uuid.uuid4().hex[:8]}"
     position = {key: i for i, key in enumerate(keys)}
     stretches: list[list[str]] = []
     for key in sorted(differing, key=position.__getitem__):
@@ -258,8 +255,8 @@ def _backfill(project, spec, differing: list[str], keys: list[str]):
             instance=instance,
             resources=defs.resources,
             tags={
-                # A backfill re-reads whole partition windows, even the cursor's own.
-                BACKFILL_TAG: label,
+                # Re-read whole partition windows, even the cursor's own, as a backfill does.
+                RELOAD_TAG: "true",
                 "dagster/asset_partition_range_start": first,
                 "dagster/asset_partition_range_end": last,
                 "incremental_assets/reconcile": "true",

@@ -86,7 +86,7 @@ def test_reconcile_finds_the_partition_with_late_rows_and_a_backfill_repairs_it(
         "2026-01-01",
         "2026-01-02",
     ]
-    assert all(r.tags["dagster/backfill"].startswith("reconcile-") for r in runs)
+    assert all(r.tags["incremental_assets/reload"] == "true" for r in runs)
 
 
 def test_reconcile_counts_the_newest_change_per_key_of_a_cdc_feed_by_hour(spark, tmp_path):

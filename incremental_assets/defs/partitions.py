@@ -9,6 +9,9 @@ from incremental_assets.engine.windows import LoadRequest
 from incremental_assets.specs import TableSpec
 
 BACKFILL_TAG = "dagster/backfill"
+# Set on a run (e.g. from the launchpad) to re-read its partitions' whole windows, as a
+# backfill does, without a backfill record.
+RELOAD_TAG = "incremental_assets/reload"
 
 
 def partitions_for(spec: TableSpec) -> dg.TimeWindowPartitionsDefinition:
@@ -25,16 +28,17 @@ def partitions_for(spec: TableSpec) -> dg.TimeWindowPartitionsDefinition:
 
 
 def load_request(context: dg.AssetExecutionContext) -> LoadRequest:
-    """The run's partition range as a load request. A backfill (a Dagster backfill, or any
-    run over more than one partition) re-reads whole partition windows; a run of one
-    partition reads from the table's cursor (and re-reads it whole if it lies behind)."""
+    """The run's partition range as a load request. A backfill (a Dagster backfill, a run
+    tagged ``incremental_assets/reload``, or any run over more than one partition)
+    re-reads whole partition windows; a run of one partition reads from the table's cursor
+    (and re-reads it whole if it lies behind)."""
     window = context.partition_time_window
     keys = context.partition_key_range
     label = keys.start if keys.start == keys.end else f"{keys.start}...{keys.end}"
     return LoadRequest(
         partition_start=window.start,
         partition_end=window.end,
-        backfill=BACKFILL_TAG in context.run.tags or keys.start != keys.end,
+        backfill=bool({BACKFILL_TAG, RELOAD_TAG} & set(context.run.tags)) or keys.start != keys.end,
         run_id=context.run_id,
         partition_label=label,
     )
