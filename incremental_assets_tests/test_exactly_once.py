@@ -1,7 +1,8 @@
 """Exactly once under a real process kill: ``dagster asset materialize`` in a child process
 is SIGKILLed at a named point of the load (``after_extract``; ``before_commit``, when a
 hard-delete CDC table's tombstones are written but its merge is not; ``after_commit``),
-then re-run, for an upsert table and for CDC tables with hard and with soft deletes.
+then re-run, for an upsert table, for CDC tables with hard and with soft deletes, and for
+an SCD2 history of the CDC feed (``before_commit``: its change log written, its merge not).
 
 Each table is seeded with its first day in this process (the engine's load, and a Dagster
 record of it), so every test starts only the two child processes it is about: the killed
@@ -29,6 +30,7 @@ from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import TableSpec, load_project
 from incremental_assets_tests.conftest import DeltaSourceTable, ParquetFolder, at, target_rows
 from incremental_assets_tests.test_cdc import feed, reference
+from incremental_assets_tests.test_history import scd2_reference
 
 pytestmark = pytest.mark.slow
 
@@ -127,6 +129,26 @@ class CdcCustomers:
         return {k: e[3] for k, e in newest.items() if e[2] == "D"}
 
 
+class CdcCustomerHistory(CdcCustomers):
+    """The same feed kept as SCD2 history (strategy ``scd2`` of ``cdc`` changes): a version
+    per tracked change, every change logged in ``<target>__changes`` before the commit;
+    the reference is ``test_history.scd2_reference`` of the full history."""
+
+    def __init__(self, root: Path):
+        super().__init__(root, "hard")
+        self.yaml = self.yaml.replace("{kind: cdc, deletes: hard}", "{kind: scd2, changes: cdc}")
+        self.columns = ("id", "name", "lsn", "valid_from", "valid_to", "is_current")
+
+    def expected(self) -> list[tuple]:
+        return scd2_reference(self.delivered)
+
+    def identity(self, row: tuple) -> tuple:
+        return (row[0], row[3])  # a version: its key and valid_from
+
+    def deleted_on_crash_day(self) -> dict[int, int]:
+        return {}  # a delete closes a version; no tombstones
+
+
 def change_history(seed: int = 1, keys: int = 40, per_day: int = 80) -> list[list[tuple]]:
     """Two days of changes with increasing LSNs: inserts, updates, deletes, re-inserts."""
     rng = random.Random(seed)
@@ -162,6 +184,7 @@ TABLES: dict[str, Callable[[Path], UpsertOrders | CdcCustomers]] = {
     "upsert": UpsertOrders,
     "cdc_hard": lambda root: CdcCustomers(root, "hard"),
     "cdc_soft": lambda root: CdcCustomers(root, "soft"),
+    "scd2": CdcCustomerHistory,
 }
 
 
@@ -236,6 +259,10 @@ class ChildProject:
     def version(self) -> int:
         return DeltaTable(self.target.path).version()
 
+    def logged_changes(self) -> int:
+        path = f"{self.target.path}__changes"
+        return DeltaTable(path).to_pyarrow_table().num_rows if DeltaTable.is_deltatable(path) else 0
+
     def tombstones(self) -> dict[int, int]:
         path = f"{self.target.path}__tombstones"
         if not DeltaTable.is_deltatable(path):
@@ -243,9 +270,9 @@ class ChildProject:
         return {r["id"]: r["lsn"] for r in DeltaTable(path).to_pyarrow_table().to_pylist()}
 
 
-def counts(before: list[tuple], after: list[tuple]) -> tuple[int, int, int]:
-    """Rows inserted, updated and deleted going from ``before`` to ``after`` (keys first)."""
-    old, new = {r[0]: r for r in before}, {r[0]: r for r in after}
+def counts(before: list[tuple], after: list[tuple], identity=lambda r: r[0]) -> tuple[int, ...]:
+    """Rows inserted, updated and deleted going from ``before`` to ``after``."""
+    old, new = {identity(r): r for r in before}, {identity(r): r for r in after}
     inserted = len(new.keys() - old.keys())
     deleted = len(old.keys() - new.keys())
     updated = sum(1 for k in new.keys() & old.keys() if new[k] != old[k])
@@ -278,6 +305,9 @@ def child(request, tmp_path, spark) -> ChildProject:
         # The tombstones are written, the target's merge is not: the re-run must apply
         # the deletes whose tombstones are already recorded.
         ("cdc_hard", "before_commit"),
+        # The change log holds the day's changes, the history's merge is not done: the
+        # re-run must find them logged, log none twice, and write the versions.
+        ("scd2", "before_commit"),
     ],
     indirect=["child"],
 )
@@ -297,7 +327,10 @@ def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, 
     assert_equals_reference(child, spark)
     last = child.last_metadata()
     reported = tuple(last[f"rows_{n}"].value for n in ("inserted", "updated", "deleted"))
-    assert reported == counts(child.first_day_rows, child.table.expected())
+    identity = getattr(child.table, "identity", lambda r: r[0])
+    assert reported == counts(child.first_day_rows, child.table.expected(), identity)
+    if isinstance(child.table, CdcCustomerHistory):  # every change logged exactly once
+        assert child.logged_changes() == len(child.table.delivered)
 
 
 @pytest.mark.parametrize("child", list(TABLES), indirect=True)
