@@ -52,7 +52,8 @@ from bench_cases import (
 )
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget, LoadRequest, LoadResult, run_load
+from incremental_assets.engine import DeltaTarget, LoadRequest, LoadResult, delta_io, run_load
+from incremental_assets.engine.delta_io import KeySet
 from incremental_assets.engine.delta_store import row_count
 from incremental_assets.engine.spark_session import local_session
 
@@ -84,6 +85,17 @@ def files_overlapping(path: str, low: int, high: int) -> int:
         for lo, hi in zip(mins, maxs, strict=True)
         if lo is None or hi is None or (lo <= high and hi >= low)
     )
+
+
+def files_holding_keys(path: str, increment: Increment) -> str:
+    """For a history (scd2) table: the files of the target and of its change log that the
+    engine reads (those whose statistics bracket one of the increment's keys)."""
+    keys = KeySet("order_id", sorted(set(increment.table.column("order_id").to_pylist())))
+    parts = []
+    for table_path in (path, f"{path}__changes"):
+        actions = delta_io.live_files(DeltaTable(table_path))
+        parts.append(f"{len(delta_io.files_holding(actions, keys))} of {actions.num_rows}")
+    return f"files holding the increment's keys: target {parts[0]}, change log {parts[1]}"
 
 
 def last_operation_metrics(path: str) -> dict:
@@ -200,6 +212,8 @@ def measure(
         run_id="incremental",
     )
     overlapping = files_overlapping(target.path, *increment.key_range)
+    if spec.history:
+        say(f"{case.name}: {files_holding_keys(target.path, increment)}")
     incremental, incremental_s = timed(
         lambda: run_load(spark, spec, target, run_request, staging_dir=str(stage))
     )

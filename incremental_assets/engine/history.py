@@ -18,7 +18,7 @@ history where it belongs, a replay writes nothing, and any arrival order converg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
@@ -58,11 +58,15 @@ def default_tracked(columns: Sequence[str], untracked: Sequence[str]) -> tuple[s
     return tuple(c for c in columns if c not in skip and not c.startswith("_ia_"))
 
 
+Stage = Callable[[DataFrame, str], DataFrame]
+
+
 def history_changes(
     events: DataFrame,
     logged: DataFrame | None,
     stored: DataFrame | None,
     columns: HistoryColumns,
+    stage: Stage = lambda rows, _name: rows,
 ) -> tuple[DataFrame, DataFrame]:
     """The staged change set for the target, and the events new to the log.
 
@@ -70,6 +74,10 @@ def history_changes(
     ``logged`` the change log and ``stored`` the target's rows (None when absent). The
     change set holds the target's columns plus ``_ia_op`` ('U' write the version, 'D'
     remove it) and ``_ia_change`` (open, close, update, remove).
+
+    ``stage(rows, name)`` materializes an intermediate result that later steps read more
+    than once ("new_changes": the new events, in key order, as the log keeps them;
+    "versions": the touched keys' recomputed history) and returns it read back.
     """
     keys = list(columns.keys)
     touched = events.select(*keys).distinct()
@@ -77,13 +85,15 @@ def history_changes(
     # snapshot time out).
     event_id = list(dict.fromkeys([*keys, columns.effective, columns.order, ROW_HASH, OP]))
     fresh = events.dropDuplicates(event_id)
-    if logged is not None:
-        known = logged.join(touched, on=keys, how="left_semi")
+    known = logged.join(touched, on=keys, how="left_semi") if logged is not None else None
+    if known is not None:
         fresh = fresh.join(known.select(*event_id), on=event_id, how="left_anti")
-        every = known.unionByName(fresh, allowMissingColumns=True)
-    else:
-        every = fresh
-    recomputed = versions(every, columns)
+    key_columns = [F.col(quote(k)) for k in keys]
+    fresh = stage(
+        fresh.repartitionByRange(*key_columns).sortWithinPartitions(*key_columns), "new_changes"
+    )
+    every = known.unionByName(fresh, allowMissingColumns=True) if known is not None else fresh
+    recomputed = stage(versions(every, columns), "versions")
     held = stored.join(touched, on=keys, how="left_semi") if stored is not None else None
     return _difference(recomputed, held, columns), fresh
 

@@ -637,7 +637,9 @@ def _stage_history(
         stored = _staged(stored.join(F.broadcast(keys), spec.keys, "left_semi"), stage_root, "held")
     if logged is not None:
         logged = _staged(logged.join(F.broadcast(keys), spec.keys, "left_semi"), stage_root, "log")
-    increment, fresh = history.history_changes(events, logged, stored, columns)
+    increment, _ = history.history_changes(
+        events, logged, stored, columns, stage=lambda rows, name: _staged(rows, stage_root, name)
+    )
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
     (
         increment.repartitionByRange(*key_columns)
@@ -646,12 +648,6 @@ def _stage_history(
         .parquet(f"{stage_root}/increment")
     )
     fresh_path = f"{stage_root}/new_changes"
-    (
-        fresh.repartitionByRange(*key_columns)
-        .sortWithinPartitions(*key_columns)
-        .write.mode("overwrite")
-        .parquet(fresh_path)
-    )
     return observed, new_columns, fresh_path
 
 
