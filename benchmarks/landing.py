@@ -1,0 +1,302 @@
+"""Landing files: picking up new files beside many loaded ones, and gold's refresh of one
+changed day against recomputing a whole year.
+
+1. pick-up: a landing folder of JSON-lines invoice files (one invoice each). ``--loaded``
+   files (default 10,000) are loaded first by the engine's own ``load_landing`` in batches
+   of ``--seed-batch`` files (untimed: it builds bronze and its file index); then
+   ``--new`` files (default 10) are dropped and one ``load_landing`` picks them up, timed,
+   with the files it listed and the files it read (median of ``--repeats``, each time
+   ``--new`` more files). The same pick-up beside ``--baseline``
+   loaded files (default 100) is the baseline: the difference is what the loaded files
+   cost.
+2. gold: ``--days`` days (default 365) of invoices, one file per day with
+   ``--invoices-per-day`` invoices (default 1,000), loaded to bronze, silver and gold.
+   One day's file is then rewritten in place (new content) and loaded to bronze and
+   silver (untimed), and
+   ``gold_from_silver`` is timed: it recomputes and replaces that day only. Against it,
+   ``gold_from_silver`` into a fresh gold table recomputes the whole year (the same code,
+   every day). Each is the median of ``--repeats`` runs (a different day each time), and
+   the incremental gold is checked equal to the full recompute.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/landing.py                        # ~5 min on 2 cores
+    .venv/bin/python benchmarks/landing.py --loaded 1000 --days 30  # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.invoices import gold_from_silver, silver_from_bronze
+from incremental_assets.engine.landing import load_landing, pending_files
+from incremental_assets.engine.spark_session import local_session
+from incremental_assets.specs import TableSpec
+
+DDL = (
+    "InvoiceNumber STRING, CreatedTime BIGINT, StoreID STRING, PosID STRING, "
+    "CashierID STRING, CustomerType STRING, CustomerCardNo STRING, TotalAmount DOUBLE, "
+    "NumberOfItems INT, PaymentMethod STRING, TaxableAmount DOUBLE, CGST DOUBLE, "
+    "SGST DOUBLE, CESS DOUBLE, DeliveryType STRING, "
+    "DeliveryAddress STRUCT<AddressLine: STRING, City: STRING, ContactNumber: STRING, "
+    "PinCode: STRING, State: STRING>, "
+    "InvoiceLineItems ARRAY<STRUCT<ItemCode: STRING, ItemDescription: STRING, "
+    "ItemPrice: DOUBLE, ItemQty: INT, TotalValue: DOUBLE>>"
+)
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SETTLED = (START - timedelta(days=1)).timestamp()
+
+
+def spec_for(folder: Path) -> TableSpec:
+    return TableSpec.model_validate(
+        {
+            "name": "invoices_bronze",
+            "source": {
+                "format": "json",
+                "path": str(folder),
+                "schema": DDL,
+                "landing": {"settle": "30s"},
+            },
+            "strategy": "append",
+            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+        }
+    )
+
+
+def invoice(rng: random.Random, number: int, day: int) -> dict:
+    lines = []
+    for i in range(rng.randint(1, 4)):
+        price = round(rng.uniform(5, 200), 2)
+        qty = rng.randint(1, 3)
+        lines.append(
+            {
+                "ItemCode": f"I{i}",
+                "ItemDescription": f"item {i}",
+                "ItemPrice": price,
+                "ItemQty": qty,
+                "TotalValue": round(price * qty, 2),
+            }
+        )
+    total = round(sum(line["TotalValue"] for line in lines), 2)
+    created = START + timedelta(days=day, seconds=rng.randrange(86_400))
+    return {
+        "InvoiceNumber": f"INV{number:09d}",
+        "CreatedTime": int(created.timestamp() * 1000),
+        "StoreID": rng.choice(["STR7188", "STR1534", "STR2629", "STR4011"]),
+        "PosID": f"POS{rng.randrange(1, 9)}",
+        "CashierID": f"C{rng.randrange(1, 30)}",
+        "CustomerType": rng.choice(["PRIME", "NONPRIME"]),
+        "CustomerCardNo": str(rng.randrange(10**9, 10**10)),
+        "TotalAmount": total,
+        "NumberOfItems": len(lines),
+        "PaymentMethod": rng.choice(["CARD", "CASH", "UPI"]),
+        "TaxableAmount": total,
+        "CGST": round(total * 0.025, 2),
+        "SGST": round(total * 0.025, 2),
+        "CESS": 0.0,
+        "DeliveryType": rng.choice(["TAKEAWAY", "HOME-DELIVERY"]),
+        "DeliveryAddress": {
+            "AddressLine": "1 Main St",
+            "City": rng.choice(["Pune", "Mumbai", "Nagpur"]),
+            "ContactNumber": "9000000000",
+            "PinCode": "411001",
+            "State": "MH",
+        },
+        "InvoiceLineItems": lines,
+    }
+
+
+def write_file(path: Path, rows: list[dict], stamp: float = SETTLED) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.utime(path, (stamp, stamp))
+
+
+def pick_up(spark, root: Path, loaded: int, new: int, batch: int, repeats: int) -> dict:
+    """Seed ``loaded`` files (untimed, real loads in batches), then ``repeats`` times drop
+    ``new`` files and time one load (the median is reported)."""
+    folder, target = root / "landing", DeltaTarget("invoices_bronze", str(root / "bronze"))
+    spec = spec_for(folder)
+    rng = random.Random(loaded)
+    seeded = 0
+    seed_started = time.perf_counter()
+    while seeded < loaded:
+        size = min(batch, loaded - seeded)
+        # Each batch in its own sub-folder written just before it is loaded, so a batch's
+        # load reads only its files (the folder is listed whole each time, as in use).
+        for n in range(seeded, seeded + size):
+            write_file(folder / f"b{n // batch:03d}" / f"pos-{n:06d}.json", [invoice(rng, n, 0)])
+        report = load_landing(spark, spec, target)
+        assert len(report.files_loaded) == size, report
+        seeded += size
+    seed_seconds = time.perf_counter() - seed_started
+    timings, list_timings = [], []
+    for attempt in range(repeats):
+        for n in range(new):
+            name = f"pos-new-{attempt}-{n:03d}.json"
+            write_file(folder / "new" / name, [invoice(rng, 10**8 + 1000 * attempt + n, 1)])
+        started = time.perf_counter()
+        pending, listing = pending_files(spec, target)
+        list_timings.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        report = load_landing(spark, spec, target)
+        timings.append(time.perf_counter() - started)
+        assert len(pending) == new and len(report.files_loaded) == new, report
+        assert report.files_already_loaded == loaded + attempt * new
+    return {
+        "loaded": loaded,
+        "seed_seconds": seed_seconds,
+        "listed": len(listing.ready),
+        "read": len(report.files_loaded),
+        "list_seconds": statistics.median(list_timings),
+        "seconds": statistics.median(timings),
+        "rows": report.rows_read,
+    }
+
+
+def gold_refresh(spark, root: Path, days: int, per_day: int, repeats: int) -> dict:
+    folder = root / "landing"
+    spec = spec_for(folder)
+    bronze = DeltaTarget("invoices_bronze", str(root / "bronze"))
+    silver = DeltaTarget("invoices_silver", str(root / "silver"))
+    gold = DeltaTarget("invoices_gold", str(root / "gold"))
+    rng = random.Random(days)
+    number = 0
+    for day in range(days):
+        rows = [invoice(rng, number + i, day) for i in range(per_day)]
+        number += per_day
+        write_file(folder / f"day-{day:03d}.json", rows)
+    started = time.perf_counter()
+    load_landing(spark, spec, bronze)
+    silver_from_bronze(spark, bronze, silver)
+    first = gold_from_silver(spark, silver, gold)
+    build_seconds = time.perf_counter() - started
+    assert len(first.days) == days, first
+
+    incremental, upstream = [], []
+    for n in range(repeats):
+        day = (days // (repeats + 1)) * (n + 1)
+        # The day's file rewritten in place: the same invoices, new amounts, one more.
+        rows = [invoice(rng, day * per_day + i, day) for i in range(per_day)]
+        rows.append(invoice(rng, 10**8 + n, day))
+        write_file(folder / f"day-{day:03d}.json", rows, SETTLED + 60 * (n + 1))
+        started = time.perf_counter()
+        load_landing(spark, spec, bronze)
+        silver_from_bronze(spark, bronze, silver)
+        upstream.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        step = gold_from_silver(spark, silver, gold)
+        incremental.append(time.perf_counter() - started)
+        assert [d.isoformat() for d in step.days] == [
+            (START + timedelta(days=day)).date().isoformat()
+        ], step.days
+
+    full = []
+    for n in range(repeats):
+        scratch = DeltaTarget("invoices_gold", str(root / f"gold_full_{n}"))
+        started = time.perf_counter()
+        step = gold_from_silver(spark, silver, scratch)
+        full.append(time.perf_counter() - started)
+        assert len(step.days) == days
+    same = _rows(gold) == _rows(DeltaTarget("g", str(root / "gold_full_0")))
+    return {
+        "days": days,
+        "silver_lines": DeltaTable(silver.path).count(),
+        "gold_rows": DeltaTable(gold.path).count(),
+        "build_seconds": build_seconds,
+        "upstream_seconds": statistics.median(upstream),
+        "incremental_seconds": statistics.median(incremental),
+        "full_seconds": statistics.median(full),
+        "equal": same,
+    }
+
+
+def _rows(target: DeltaTarget) -> list[tuple]:
+    table = DeltaTable(target.path).to_pyarrow_table().to_pylist()
+    return sorted(
+        (
+            str(r["invoice_date"]),
+            r["StoreID"],
+            r["PaymentMethod"],
+            r["invoices"],
+            r["items"],
+            round(r["sales"], 6),
+        )
+        for r in table
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--loaded", type=int, default=10_000)
+    parser.add_argument("--new", type=int, default=10)
+    parser.add_argument(
+        "--baseline", type=int, default=100, help="files loaded in the baseline pick-up"
+    )
+    parser.add_argument("--seed-batch", type=int, default=2_500)
+    parser.add_argument("--days", type=int, default=365)
+    parser.add_argument("--invoices-per-day", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--data-dir", default=None, help="default: a temporary folder")
+    args = parser.parse_args(argv)
+
+    root = Path(tempfile.mkdtemp(prefix="ia-bench-landing-", dir=args.data_dir))
+    spark = local_session("incremental-assets-bench-landing")
+    try:
+        # Start-up and JIT warm-up, not billed to the first measurement.
+        pick_up(spark, root / "warm-up", 20, args.new, 10, 2)
+        base = pick_up(spark, root / "few", args.baseline, args.new, args.seed_batch, args.repeats)
+        many = pick_up(spark, root / "many", args.loaded, args.new, args.seed_batch, args.repeats)
+        gold = gold_refresh(spark, root / "gold", args.days, args.invoices_per_day, args.repeats)
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(
+        f"\nPick-up of {args.new} new files (JSON lines, one invoice each), median of "
+        f"{args.repeats}"
+    )
+    print("| files already loaded | files listed | files read | list + diff (s) | load (s) |")
+    print("|---:|---:|---:|---:|---:|")
+    for r in (base, many):
+        print(
+            f"| {r['loaded']:,} | {r['listed']:,} | {r['read']} | "
+            f"{r['list_seconds']:.2f} | {r['seconds']:.2f} |"
+        )
+    print(
+        f"(seeding {many['loaded']:,} files by real loads of {args.seed_batch:,}: "
+        f"{many['seed_seconds']:.0f}s)"
+    )
+    print(
+        f"\nGold refresh, {gold['days']} days ({gold['silver_lines']:,} silver lines, "
+        f"{gold['gold_rows']:,} gold rows), median of {args.repeats}"
+    )
+    print("| gold run | days recomputed | seconds |")
+    print("|---|---:|---:|")
+    print(f"| one changed day (incremental) | 1 | {gold['incremental_seconds']:.2f} |")
+    print(f"| whole year (from scratch) | {gold['days']} | {gold['full_seconds']:.2f} |")
+    ratio = gold["full_seconds"] / gold["incremental_seconds"]
+    print(f"full / incremental: {ratio:.1f}x")
+    print(
+        f"(bronze + silver for the changed file: {gold['upstream_seconds']:.2f}s; first "
+        f"build of the three layers: {gold['build_seconds']:.0f}s; incremental gold equal "
+        f"to the full recompute: {gold['equal']})"
+    )
+    return 0 if gold["equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
