@@ -20,6 +20,10 @@ Files still being written are skipped until their modification time is ``settle`
 (and, with ``marker``, until ``<file><marker>`` exists). A malformed file (a line that does
 not parse against the schema, an unreadable Parquet footer) is moved to the quarantine
 folder with ``<file>.reason.txt`` and does not stop the other files.
+
+Before anything is read, ``landing_schema`` compares the pending files' columns with the
+table's: a new column is added (or fails the run, per ``on_schema_change``), a changed type
+fails the run; a failed run commits nothing to bronze or the index.
 """
 
 from __future__ import annotations
