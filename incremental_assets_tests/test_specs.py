@@ -378,8 +378,10 @@ def test_repository_tables_yaml_loads():
         "customers",
         "customers_history",
         "products",
+        "invoices_bronze",
     ]
     assert spec.table("customers_history").history is not None
+    assert spec.table("invoices_bronze").landing is not None
     assert spec.table("products").takes_snapshots
     assert spec.warehouse.root == str(REPO_ROOT.resolve() / "data" / "warehouse")
 
