@@ -88,8 +88,11 @@ def test_materialization_reports_counts_watermarks_version_and_phase_times(proje
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {
         "keys_unique": True,
+        "keys_not_null": True,
         "watermark_never_moves_backwards": True,
         "counts_match_table": True,
+        "rows_reconciled": True,
+        "schema_matches_spec": True,
     }
 
 
@@ -190,8 +193,11 @@ def test_each_table_gets_daily_or_hourly_partitions_a_job_and_a_schedule(tmp_pat
     assert schedule.cron_schedule.endswith("* * *")
     assert {c.name for c in asset.check_specs} == {
         "keys_unique",
+        "keys_not_null",
         "watermark_never_moves_backwards",
         "counts_match_table",
+        "rows_reconciled",
+        "schema_matches_spec",
     }
     assert asset.metadata_by_key[asset.key]["keys"] == "order_id"
 
