@@ -40,23 +40,15 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
+from incremental_assets.demo.simulator import INVOICE_DDL, random_invoice
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.invoices import gold_from_silver, silver_from_bronze
 from incremental_assets.engine.landing import load_landing, pending_files
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import TableSpec
 
-DDL = (
-    "InvoiceNumber STRING, CreatedTime BIGINT, StoreID STRING, PosID STRING, "
-    "CashierID STRING, CustomerType STRING, CustomerCardNo STRING, TotalAmount DOUBLE, "
-    "NumberOfItems INT, PaymentMethod STRING, TaxableAmount DOUBLE, CGST DOUBLE, "
-    "SGST DOUBLE, CESS DOUBLE, DeliveryType STRING, "
-    "DeliveryAddress STRUCT<AddressLine: STRING, City: STRING, ContactNumber: STRING, "
-    "PinCode: STRING, State: STRING>, "
-    "InvoiceLineItems ARRAY<STRUCT<ItemCode: STRING, ItemDescription: STRING, "
-    "ItemPrice: DOUBLE, ItemQty: INT, TotalValue: DOUBLE>>"
-)
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+STORES = ("STR7188", "STR1534", "STR2629", "STR4011")
 SETTLED = (START - timedelta(days=1)).timestamp()
 
 
@@ -67,7 +59,7 @@ def spec_for(folder: Path) -> TableSpec:
             "source": {
                 "format": "json",
                 "path": str(folder),
-                "schema": DDL,
+                "schema": INVOICE_DDL,
                 "landing": {"settle": "30s"},
             },
             "strategy": "append",
@@ -77,46 +69,7 @@ def spec_for(folder: Path) -> TableSpec:
 
 
 def invoice(rng: random.Random, number: int, day: int) -> dict:
-    lines = []
-    for i in range(rng.randint(1, 4)):
-        price = round(rng.uniform(5, 200), 2)
-        qty = rng.randint(1, 3)
-        lines.append(
-            {
-                "ItemCode": f"I{i}",
-                "ItemDescription": f"item {i}",
-                "ItemPrice": price,
-                "ItemQty": qty,
-                "TotalValue": round(price * qty, 2),
-            }
-        )
-    total = round(sum(line["TotalValue"] for line in lines), 2)
-    created = START + timedelta(days=day, seconds=rng.randrange(86_400))
-    return {
-        "InvoiceNumber": f"INV{number:09d}",
-        "CreatedTime": int(created.timestamp() * 1000),
-        "StoreID": rng.choice(["STR7188", "STR1534", "STR2629", "STR4011"]),
-        "PosID": f"POS{rng.randrange(1, 9)}",
-        "CashierID": f"C{rng.randrange(1, 30)}",
-        "CustomerType": rng.choice(["PRIME", "NONPRIME"]),
-        "CustomerCardNo": str(rng.randrange(10**9, 10**10)),
-        "TotalAmount": total,
-        "NumberOfItems": len(lines),
-        "PaymentMethod": rng.choice(["CARD", "CASH", "UPI"]),
-        "TaxableAmount": total,
-        "CGST": round(total * 0.025, 2),
-        "SGST": round(total * 0.025, 2),
-        "CESS": 0.0,
-        "DeliveryType": rng.choice(["TAKEAWAY", "HOME-DELIVERY"]),
-        "DeliveryAddress": {
-            "AddressLine": "1 Main St",
-            "City": rng.choice(["Pune", "Mumbai", "Nagpur"]),
-            "ContactNumber": "9000000000",
-            "PinCode": "411001",
-            "State": "MH",
-        },
-        "InvoiceLineItems": lines,
-    }
+    return random_invoice(rng, f"INV{number:09d}", START + timedelta(days=day), stores=STORES)
 
 
 def write_file(path: Path, rows: list[dict], stamp: float = SETTLED) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import landing
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.landing import FileIndex, list_files, load_landing, newest_versions
@@ -19,17 +20,6 @@ from incremental_assets.specs import SpecError, TableSpec, load_project
 
 NOW = datetime(2026, 1, 2, 12, tzinfo=timezone.utc)
 OLD = NOW - timedelta(hours=1)
-
-INVOICE_DDL = (
-    "InvoiceNumber STRING, CreatedTime BIGINT, StoreID STRING, PosID STRING, "
-    "CashierID STRING, CustomerType STRING, CustomerCardNo STRING, TotalAmount DOUBLE, "
-    "NumberOfItems INT, PaymentMethod STRING, TaxableAmount DOUBLE, CGST DOUBLE, "
-    "SGST DOUBLE, CESS DOUBLE, DeliveryType STRING, "
-    "DeliveryAddress STRUCT<AddressLine: STRING, City: STRING, ContactNumber: STRING, "
-    "PinCode: STRING, State: STRING>, "
-    "InvoiceLineItems ARRAY<STRUCT<ItemCode: STRING, ItemDescription: STRING, "
-    "ItemPrice: DOUBLE, ItemQty: INT, TotalValue: DOUBLE>>"
-)
 
 
 def invoice(number: int, store: str = "STR7188", items: int = 2) -> dict:

@@ -85,6 +85,59 @@ INVOICE_DDL = (
     "InvoiceLineItems ARRAY<STRUCT<ItemCode: STRING, ItemDescription: STRING, "
     "ItemPrice: DOUBLE, ItemQty: INT, TotalValue: DOUBLE>>"
 )
+
+
+def random_invoice(
+    rng: random.Random,
+    number: str,
+    day: datetime,
+    stores: tuple[str, ...] = ("STR7188", "STR1534", "STR2629"),
+    item_code=lambda _rng, i: f"I{i}",
+) -> dict:
+    """One point-of-sale invoice of ``day`` (midnight) in the domain's shape: a nested
+    delivery address and 1-4 line items."""
+    lines = []
+    for i in range(rng.randint(1, 4)):
+        price = round(rng.uniform(5, 200), 2)
+        qty = rng.randint(1, 3)
+        lines.append(
+            {
+                "ItemCode": item_code(rng, i),
+                "ItemDescription": f"item {i}",
+                "ItemPrice": price,
+                "ItemQty": qty,
+                "TotalValue": round(price * qty, 2),
+            }
+        )
+    total = round(sum(line["TotalValue"] for line in lines), 2)
+    created = day + timedelta(seconds=rng.randrange(86_400))
+    return {
+        "InvoiceNumber": number,
+        "CreatedTime": int(created.timestamp() * 1000),
+        "StoreID": rng.choice(list(stores)),
+        "PosID": f"POS{rng.randrange(1, 9)}",
+        "CashierID": f"C{rng.randrange(1, 30)}",
+        "CustomerType": rng.choice(["PRIME", "NONPRIME"]),
+        "CustomerCardNo": str(rng.randrange(10**9, 10**10)),
+        "TotalAmount": total,
+        "NumberOfItems": len(lines),
+        "PaymentMethod": rng.choice(["CARD", "CASH", "UPI"]),
+        "TaxableAmount": total,
+        "CGST": round(total * 0.025, 2),
+        "SGST": round(total * 0.025, 2),
+        "CESS": 0.0,
+        "DeliveryType": rng.choice(["TAKEAWAY", "HOME-DELIVERY"]),
+        "DeliveryAddress": {
+            "AddressLine": "1 Main St",
+            "City": rng.choice(["Pune", "Mumbai", "Nagpur"]),
+            "ContactNumber": "9000000000",
+            "PinCode": "411001",
+            "State": "MH",
+        },
+        "InvoiceLineItems": lines,
+    }
+
+
 STATUSES = ["placed", "paid", "packed", "shipped", "delivered", "cancelled"]
 EVENT_TYPES = ["view", "click", "add_to_cart", "checkout"]
 
@@ -221,46 +274,12 @@ class SourceSimulator:
 
     def _invoice(self, rng: random.Random, day: datetime) -> dict:
         self._next_invoice += 1
-        lines = []
-        for i in range(rng.randint(1, 4)):
-            price = round(rng.uniform(5, 200), 2)
-            qty = rng.randint(1, 3)
-            lines.append(
-                {
-                    "ItemCode": f"{100 + rng.randrange(40)}-{i}",
-                    "ItemDescription": f"item {i}",
-                    "ItemPrice": price,
-                    "ItemQty": qty,
-                    "TotalValue": round(price * qty, 2),
-                }
-            )
-        total = round(sum(line["TotalValue"] for line in lines), 2)
-        created = day + timedelta(seconds=rng.randrange(86_400))
-        return {
-            "InvoiceNumber": f"INV{self._next_invoice:07d}",
-            "CreatedTime": int(created.timestamp() * 1000),
-            "StoreID": rng.choice(["STR7188", "STR1534", "STR2629"]),
-            "PosID": f"POS{rng.randrange(1, 9)}",
-            "CashierID": f"C{rng.randrange(1, 30)}",
-            "CustomerType": rng.choice(["PRIME", "NONPRIME"]),
-            "CustomerCardNo": str(rng.randrange(10**9, 10**10)),
-            "TotalAmount": total,
-            "NumberOfItems": len(lines),
-            "PaymentMethod": rng.choice(["CARD", "CASH", "UPI"]),
-            "TaxableAmount": total,
-            "CGST": round(total * 0.025, 2),
-            "SGST": round(total * 0.025, 2),
-            "CESS": 0.0,
-            "DeliveryType": rng.choice(["TAKEAWAY", "HOME-DELIVERY"]),
-            "DeliveryAddress": {
-                "AddressLine": "1 Main St",
-                "City": rng.choice(["Pune", "Mumbai", "Nagpur"]),
-                "ContactNumber": "9000000000",
-                "PinCode": "411001",
-                "State": "MH",
-            },
-            "InvoiceLineItems": lines,
-        }
+        return random_invoice(
+            rng,
+            f"INV{self._next_invoice:07d}",
+            day,
+            item_code=lambda rng, i: f"{100 + rng.randrange(40)}-{i}",
+        )
 
     def write_day(self, day: datetime) -> RoundSummary:
         """Write one simulated day (``day`` is midnight UTC)."""
