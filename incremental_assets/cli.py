@@ -41,10 +41,16 @@ def main(argv: list[str] | None = None) -> int:
         "reconcile": _reconcile,
     }
     try:
-        return commands[args.command](args)
+        code = commands[args.command](args)
+        sys.stdout.flush()
+        return code
     except (CliError, IncrementalLoadError, SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): send the rest of the output nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -148,10 +154,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    from incremental_assets.engine.reconcile import reconcile
+    from incremental_assets.engine.reconcile import reconcile, refuse_unless_windows
 
     project = _project(args.tables)
     spec = _table(project, args.table)
+    refuse_unless_windows(spec)
+    if args.backfill:
+        _instance_home()
     start, end, keys = _partition_range(spec, args.first, args.last)
     target = _target(project, spec)
     spark = _spark(project, "incremental-assets-reconcile")
@@ -224,6 +233,14 @@ def _partition_range(spec, first: str, last: str | None):
     return start, end, partitions.get_partition_keys()
 
 
+def _instance_home() -> None:
+    if not os.environ.get("DAGSTER_HOME"):
+        raise CliError(
+            "--backfill records its runs on the Dagster instance in DAGSTER_HOME, which is "
+            "not set; set it to the instance's folder (./dev sets it to the project root)"
+        )
+
+
 def _backfill(project, spec, differing: list[str], keys: list[str]):
     """Materialize the differing partitions in this process, one run per stretch of
     adjacent partitions; returns (first, last, run id, success) per run."""
@@ -232,11 +249,7 @@ def _backfill(project, spec, differing: list[str], keys: list[str]):
     from incremental_assets.defs.build import build_definitions
     from incremental_assets.defs.partitions import RELOAD_TAG
 
-    if not os.environ.get("DAGSTER_HOME"):
-        raise CliError(
-            "--backfill records its runs on the Dagster instance in DAGSTER_HOME, which is "
-            "not set; set it to the instance's folder (./dev sets it to the project root)"
-        )
+    _instance_home()
     defs = build_definitions(project)
     asset = defs.get_assets_def(spec.name)
     position = {key: i for i, key in enumerate(keys)}

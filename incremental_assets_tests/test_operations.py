@@ -275,6 +275,43 @@ def test_status_command_reads_the_delta_log_without_starting_spark(project_file)
     assert seconds < 30
 
 
+def test_status_piped_into_a_reader_that_stops_early_ends_without_a_traceback(project_file):
+    script = Path(sys.executable).parent / "incremental-assets"
+    child = subprocess.Popen(
+        [script, "status", "--tables", project_file],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    child.stdout.close()  # as `| head -0` does, before the command writes
+    err = child.stderr.read().decode()
+    child.wait(timeout=60)
+
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert child.returncode == 0
+
+
+def test_reconcile_refuses_a_table_without_windows_before_starting_spark(tmp_path, capsys):
+    (tmp_path / "tables.yaml").write_text(
+        f"""
+warehouse: {{root: {tmp_path / "warehouse"}}}
+tables:
+  - name: products
+    source: {{format: parquet, path: {tmp_path / "products"}}}
+    keys: [product_id]
+    strategy: {{kind: snapshot}}
+    partitioning: {{granularity: daily, start: 2026-01-01}}
+"""
+    )
+    # No source, no target, no Java: the refusal comes from the spec alone.
+    code = cli.main(["reconcile", "products", "--from", "2026-01-01", "--tables",
+                     str(tmp_path / "tables.yaml")])  # fmt: skip
+
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "cannot reconcile by partition: a snapshot table" in err
+    assert "materialize the latest partition" in err
+
+
 def test_rewind_and_explain_commands_name_what_to_change(project_file, capsys, monkeypatch, spark):
     # The test session's Spark, as is (a new builder would reset its settings).
     monkeypatch.setattr(

@@ -106,7 +106,7 @@ def reconcile(
         IncrementalLoadError: the table's partitions are not windows of source rows
             (snapshot, scd2 and landing tables), or its source cannot be read.
     """
-    _refuse_unless_windows(spec)
+    refuse_unless_windows(spec)
     start, end = to_utc(start), to_utc(end)
     granularity = spec.partitioning.granularity
     state = target.state(spec.watermark.kind)
@@ -126,7 +126,9 @@ def reconcile(
     )
 
 
-def _refuse_unless_windows(spec: TableSpec) -> None:
+def refuse_unless_windows(spec: TableSpec) -> None:
+    """Raise, saying why and what to do instead, unless the table's partitions are windows
+    of source rows (checked before any Spark work)."""
     if spec.landing is not None:
         why = "a landing table loads each file once, by path and version, not by window"
         fix = "see incremental-assets status and the landing sensor's pending files"
