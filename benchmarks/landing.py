@@ -42,7 +42,11 @@ from deltalake import DeltaTable
 
 from incremental_assets.demo.simulator import INVOICE_DDL, random_invoice
 from incremental_assets.engine.delta_store import DeltaTarget
-from incremental_assets.engine.invoices import gold_from_silver, silver_from_bronze
+from incremental_assets.engine.invoices import (
+    comparable_gold,
+    gold_from_silver,
+    silver_from_bronze,
+)
 from incremental_assets.engine.landing import load_landing, pending_files
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import TableSpec
@@ -178,18 +182,7 @@ def gold_refresh(spark, root: Path, days: int, per_day: int, repeats: int) -> di
 
 
 def _rows(target: DeltaTarget) -> list[tuple]:
-    table = DeltaTable(target.path).to_pyarrow_table().to_pylist()
-    return sorted(
-        (
-            str(r["invoice_date"]),
-            r["StoreID"],
-            r["PaymentMethod"],
-            r["invoices"],
-            r["items"],
-            round(r["sales"], 6),
-        )
-        for r in table
-    )
+    return comparable_gold(DeltaTable(target.path).to_pyarrow_table().to_pylist())
 
 
 def main(argv: list[str] | None = None) -> int:

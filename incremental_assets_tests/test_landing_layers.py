@@ -9,6 +9,7 @@ from deltalake import DeltaTable
 
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.invoices import (
+    comparable_gold,
     daily_sales,
     gold_from_silver,
     silver_from_bronze,
@@ -26,32 +27,12 @@ def on_day(number: int, day: int, **kwargs) -> dict:
 
 
 def gold_rows(target: DeltaTarget) -> list[tuple]:
-    rows = DeltaTable(target.path).to_pyarrow_table().to_pylist()
-    return sorted(
-        (
-            str(r["invoice_date"]),
-            r["StoreID"],
-            r["PaymentMethod"],
-            r["invoices"],
-            r["items"],
-            round(r["sales"], 6),
-        )
-        for r in rows
-    )
+    return comparable_gold(DeltaTable(target.path).to_pyarrow_table().to_pylist())
 
 
 def scratch(spark, silver: DeltaTarget) -> list[tuple]:
-    rows = daily_sales(spark.read.parquet(*DeltaTable(silver.path).file_uris())).collect()
-    return sorted(
-        (
-            str(r["invoice_date"]),
-            r["StoreID"],
-            r["PaymentMethod"],
-            r["invoices"],
-            r["items"],
-            round(r["sales"], 6),
-        )
-        for r in rows
+    return comparable_gold(
+        daily_sales(spark.read.parquet(*DeltaTable(silver.path).file_uris())).collect()
     )
 
 

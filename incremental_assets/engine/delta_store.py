@@ -90,6 +90,14 @@ class DeltaTarget:
     def exists(self) -> bool:
         return DeltaTable.is_deltatable(self.path, storage_options=self.storage_options or None)
 
+    def beside(self, suffix: str) -> DeltaTarget:
+        """The sibling Delta table ``<target>__<suffix>``, with the same storage options."""
+        return DeltaTarget(
+            f"{self.table_name}__{suffix}",
+            f"{self.path.rstrip('/')}__{suffix}",
+            self.storage_options,
+        )
+
     def open(self, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.path, version=version, storage_options=self.storage_options or None)
 
@@ -325,19 +333,30 @@ class DeltaTarget:
         return transactions
 
 
-class Tombstones:
+class SideTable:
+    """A Delta table the loader keeps beside a target, ``<target>__<SUFFIX>``."""
+
+    SUFFIX = ""
+
+    def __init__(self, target: DeltaTarget):
+        self.location = target.beside(self.SUFFIX)
+
+    def to_spark(
+        self, spark: SparkSession, holding: delta_io.KeySet | None = None
+    ) -> DataFrame | None:
+        if not self.location.exists():
+            return None
+        return self.location.to_spark(spark, holding=holding)
+
+
+class Tombstones(SideTable):
     """Keys a CDC feed hard-deleted, with the delete's sequence, in a sibling Delta table
     ``<target>__tombstones``. Written before the target's commit: a tombstone only ever
     suppresses changes older than a delete that did happen, so one recorded by a run that
     died before its main commit is harmless, and the target's commit stays the one truth
     for the watermark."""
 
-    def __init__(self, target: DeltaTarget):
-        self.location = DeltaTarget(
-            f"{target.table_name}__tombstones",
-            f"{target.path.rstrip('/')}__tombstones",
-            target.storage_options,
-        )
+    SUFFIX = "tombstones"
 
     def record(self, staged: pads.Dataset, keys: list[str], watermark: str) -> int:
         deletes = staged.to_table(columns=[*keys, watermark], filter=pads.field(OP) == "D")
@@ -358,26 +377,14 @@ class Tombstones:
         )
         return deletes.num_rows
 
-    def to_spark(
-        self, spark: SparkSession, holding: delta_io.KeySet | None = None
-    ) -> DataFrame | None:
-        if not self.location.exists():
-            return None
-        return self.location.to_spark(spark, holding=holding)
 
-
-class ChangeLog:
+class ChangeLog(SideTable):
     """Every change a history (scd2) table has seen, in a sibling Delta table
     ``<target>__changes``: what a key's versions are recomputed from. Appended before the
     target's commit; a run that dies in between re-reads the same window, finds its changes
     logged, and recomputes the same versions, so the log never holds a change twice."""
 
-    def __init__(self, target: DeltaTarget):
-        self.location = DeltaTarget(
-            f"{target.table_name}__changes",
-            f"{target.path.rstrip('/')}__changes",
-            target.storage_options,
-        )
+    SUFFIX = "changes"
 
     def append(self, staged_path: str) -> int:
         dataset = pads.dataset(staged_path, format="parquet")
@@ -391,13 +398,6 @@ class ChangeLog:
                 storage_options=self.location.storage_options or None,
             )
         return rows
-
-    def to_spark(
-        self, spark: SparkSession, holding: delta_io.KeySet | None = None
-    ) -> DataFrame | None:
-        if not self.location.exists():
-            return None
-        return self.location.to_spark(spark, holding=holding)
 
 
 def _plain(value: Any) -> Any:

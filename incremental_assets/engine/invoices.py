@@ -263,6 +263,22 @@ def daily_sales(silver: DataFrame) -> DataFrame:
     )
 
 
+def comparable_gold(rows) -> list[tuple]:
+    """Gold rows (mappings or Spark rows) as sorted tuples, sales rounded to 6 decimals:
+    what two gold tables, or gold and ``daily_sales`` of silver, are compared by."""
+    return sorted(
+        (
+            str(r[INVOICE_DATE]),
+            r["StoreID"],
+            r["PaymentMethod"],
+            r["invoices"],
+            r["items"],
+            round(r["sales"], 6),
+        )
+        for r in rows
+    )
+
+
 def gold_from_silver(spark: SparkSession, silver: DeltaTarget, gold: DeltaTarget) -> StepResult:
     since = covered_version(gold, silver)
     silver_version = silver.open().version()

@@ -49,7 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from incremental_assets.engine import delta_io
-from incremental_assets.engine.delta_store import CommitResult, DeltaTarget
+from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, SideTable
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.landing_schema import csv_header, read_schema
@@ -159,7 +159,7 @@ def _walk(root: str, skip: str) -> Iterable[tuple[str, os.stat_result]]:
             yield entry.path, entry.stat()
 
 
-class FileIndex:
+class FileIndex(SideTable):
     """Loaded and quarantined file versions in ``<target>__files`` (a cache; see the module
     docstring): one row per file version, with the bronze version that holds it."""
 
@@ -177,12 +177,7 @@ class FileIndex:
         ]
     )
 
-    def __init__(self, target: DeltaTarget):
-        self.location = DeltaTarget(
-            f"{target.table_name}__files",
-            f"{target.path.rstrip('/')}__files",
-            target.storage_options,
-        )
+    SUFFIX = "files"
 
     def read(self) -> pa.Table:
         if not self.location.exists():

@@ -516,14 +516,12 @@ def _increment(
     rows, observation = _observed(spec, _checked(spec, window_rows(spec, source, window)))
     if source.remote and not spec.takes_snapshots:
         # Range partitioning samples its input in a job of its own before the write.
-        rows.write.mode("overwrite").parquet(f"{stage_root}/window")
-        rows = spark.read.parquet(f"{stage_root}/window")
+        rows = _staged(rows, stage_root, "window")
     rows = _divert(spark, spec, rows, stage_root, run_id)
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
     if spec.takes_snapshots:
         # The diff reads the snapshot twice (changed rows, vanished keys): stage it once.
-        rows.write.mode("overwrite").parquet(f"{stage_root}/snapshot")
-        snapshot = spark.read.parquet(f"{stage_root}/snapshot")
+        snapshot = _staged(rows, stage_root, "snapshot")
         increment = _snapshot_diff(spark, spec, snapshot, state, target, window.high_water)
     else:
         # Range-partition by key (one shuffle serves both the per-key window and the
@@ -551,8 +549,7 @@ def _divert(
     if not any(r.action == "quarantine" for r in rules):
         return rows.drop(quality.FAILED)
     # Both parts come from one staged copy: the window is read from the source once.
-    rows.write.mode("overwrite").parquet(f"{stage_root}/checked")
-    checked = spark.read.parquet(f"{stage_root}/checked")
+    checked = _staged(rows, stage_root, "checked")
     diverted = quality.diverted(rules)
     (
         checked.filter(diverted)
@@ -619,16 +616,14 @@ def _stage_history(
         held = StructType([f for f in state.schema.fields if f.name not in validity])
         new_columns = validation.check_against_target(spec, rows.drop(changes.OP).schema, held)
     observed_rows, observation = _observed(spec, _checked(spec, rows))
-    events_path = f"{stage_root}/events"
-    observed_rows.drop(quality.FAILED).write.mode("overwrite").parquet(events_path)
+    events = _staged(observed_rows.drop(quality.FAILED), stage_root, "events")
     observed = observation.get
     _fail_on_bad_rows(spec, observed)
 
-    events = spark.read.parquet(events_path)
     columns = history_columns(spec, events.columns)
-    # Only the files of the log and the target that may hold a touched key are read: the
-    # run's cost follows its keys, not the table (both are written in key order).
-    # Their rows of the touched keys are staged once: what follows reads them several times.
+    # Only the files of the log and the target that may hold a touched key are read (both
+    # are written in key order), and their rows of those keys are staged once: the run's
+    # cost follows its keys, not the table.
     touched = delta_io.touched_keys(events, spec.keys) if state.exists else None
     stored = target.to_spark(spark, holding=touched) if state.exists else None
     logged = ChangeLog(target).to_spark(spark, holding=touched)
@@ -647,8 +642,7 @@ def _stage_history(
         .write.mode("overwrite")
         .parquet(f"{stage_root}/increment")
     )
-    fresh_path = f"{stage_root}/new_changes"
-    return observed, new_columns, fresh_path
+    return observed, new_columns, f"{stage_root}/new_changes"  # staged by history_changes
 
 
 def _staged(rows: DataFrame, stage_root: str, name: str) -> DataFrame:

@@ -106,11 +106,7 @@ SIDE_TABLES = ("tombstones", "changes", "quarantine", "files")
 
 def side_tables(target: DeltaTarget) -> list[DeltaTarget]:
     """The table's sibling Delta tables that exist."""
-    root = target.path.rstrip("/")
-    siblings = [
-        DeltaTarget(f"{target.table_name}__{suffix}", f"{root}__{suffix}", target.storage_options)
-        for suffix in SIDE_TABLES
-    ]
+    siblings = [target.beside(suffix) for suffix in SIDE_TABLES]
     return [s for s in siblings if s.exists()]
 
 

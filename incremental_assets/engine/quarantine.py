@@ -9,27 +9,22 @@ from dataclasses import dataclass
 
 import pyarrow.dataset as pads
 from deltalake import write_deltalake
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, quality, transforms
-from incremental_assets.engine.delta_store import DeltaTarget, Tombstones, row_count
+from incremental_assets.engine.delta_store import DeltaTarget, SideTable, Tombstones, row_count
 from incremental_assets.engine.strategies import MergePlan, matching
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import TableSpec
 
 
-class Quarantine:
+class Quarantine(SideTable):
     """A Delta table beside the target: the diverted rows as loaded (with the loader's row
     hash), the rules they failed, the run id and the time. Written before the target's
     commit; a row is recorded once however often its window is re-read."""
 
-    def __init__(self, target: DeltaTarget):
-        self.location = DeltaTarget(
-            f"{target.table_name}__quarantine",
-            f"{target.path.rstrip('/')}__quarantine",
-            target.storage_options,
-        )
+    SUFFIX = "quarantine"
 
     def record(self, staged_path: str, identity: list[str]) -> int:
         dataset = pads.dataset(staged_path, format="parquet")
@@ -53,9 +48,6 @@ class Quarantine:
         if not self.location.exists():
             return 0
         return row_count(self.location.open())  # from the log's file statistics
-
-    def to_spark(self, spark: SparkSession) -> DataFrame | None:
-        return self.location.to_spark(spark) if self.location.exists() else None
 
 
 @dataclass(frozen=True)
