@@ -45,8 +45,9 @@ def landing_sensor(
         f"files (settled for {landing.settle}) and loads them into {spec.name}.",
     )
     def _watch(context: dg.SensorEvaluationContext):
-        listing = list_files(str(spec.source.path), landing)
-        known = FileIndex(context.resources.warehouse.target(project, spec)).known()
+        warehouse = context.resources.warehouse
+        listing = list_files(str(spec.source.path), landing, None, warehouse.storage_options())
+        known = FileIndex(warehouse.target(project, spec)).known()
         pending = [f for f in listing.ready if f.identity not in known]
         if not pending:
             return dg.SkipReason(

@@ -18,8 +18,8 @@ StorageConfig = Union[LocalConfig, S3Config, AzureConfig, GcsConfig]
 
 
 class DeltaWarehouse(dg.ConfigurableResource):
-    """Storage settings for the Delta targets (and Delta sources), shared with
-    dagster-deltalake so local folders and object stores are configured the same way.
+    """Storage settings for the Delta targets, Delta sources and landing folders, shared
+    with dagster-deltalake so local folders and object stores are configured the same way.
 
     Example:
         .. code-block:: python
@@ -32,6 +32,12 @@ class DeltaWarehouse(dg.ConfigurableResource):
         discriminator="provider",
         description="delta-rs storage options: local, s3, azure or gcs.",
     )
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="More delta-rs storage options, added to storage's: ones its config "
+        "lacks, e.g. {'allow_http': 'true'} for an S3-compatible endpoint over plain http "
+        "(MinIO on premises).",
+    )
     staging_dir: str | None = Field(
         default=None,
         description="Folder for the Parquet hand-off from Spark to delta-rs "
@@ -41,7 +47,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
     def storage_options(self) -> dict[str, str]:
         options = self.storage.str_dict()
         options.pop("provider", None)
-        return options
+        return {**options, **self.options}
 
     def target(self, project: ProjectSpec, spec: TableSpec) -> DeltaTarget:
         return DeltaTarget(spec.name, project.target_path(spec), self.storage_options())

@@ -34,7 +34,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import unquote
@@ -52,6 +52,12 @@ from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, SideTable
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.landing_folder import (
+    LandedFile,
+    LandingFolder,
+    LandingListError,
+    is_uri,
+)
 from incremental_assets.engine.landing_schema import csv_header, read_schema
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.strategies import merge_plan
@@ -68,28 +74,6 @@ from incremental_assets.specs.landing import (
 )
 
 CORRUPT = "_ia_corrupt_record"
-_URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://")
-
-
-@dataclass(frozen=True, order=True)
-class LandedFile:
-    """One version of one file in the landing folder."""
-
-    path: str
-    size: int
-    mtime_ns: int
-
-    @property
-    def version(self) -> str:
-        return f"{self.size}-{self.mtime_ns}"
-
-    @property
-    def identity(self) -> tuple[str, str]:
-        return (self.path, self.version)
-
-    @property
-    def modified(self) -> datetime:
-        return datetime.fromtimestamp(self.mtime_ns / 1e9, tz=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -115,48 +99,43 @@ class LandingReport:
 
 def quarantine_dir(source_path: str, landing: LandingSpec) -> str:
     if landing.quarantine is None:
-        return os.path.join(source_path, "_quarantine")
+        return f"{source_path.rstrip('/')}/_quarantine"
+    if is_uri(source_path):  # a relative folder inside it (checked by the spec)
+        return f"{source_path.rstrip('/')}/{landing.quarantine.strip('/')}"
     return os.path.join(source_path, landing.quarantine)  # absolute paths win in join
 
 
-def list_files(source_path: str, landing: LandingSpec, now: datetime | None = None) -> Listing:
+def list_files(
+    source_path: str,
+    landing: LandingSpec,
+    now: datetime | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Listing:
     """The files under ``source_path`` (names starting with '.' or '_' are skipped, as
-    Spark does), split into ready ones and ones still settling or missing their marker."""
-    if source_path.startswith(_URI):
-        raise NotImplementedError("landing folders on object stores are not supported yet")
+    Spark does), split into ready ones and ones still settling or missing their marker.
+
+    Raises:
+        LandingListError: an object-store folder could not be listed.
+    """
     now = now or datetime.now(timezone.utc)
     limit_ns = int((now - landing.settle).timestamp() * 1e9)
     # A quarantine folder inside the landing folder is never read as input.
-    skip = os.path.abspath(quarantine_dir(source_path, landing))
-    entries = list(_walk(source_path, skip))
-    names = {path for path, _ in entries}
+    folder = LandingFolder(source_path, storage_options)
+    entries = folder.entries(skip=quarantine_dir(source_path, landing))
+    names = {path for path, _, _ in entries}
     ready, waiting = [], []
-    for path, stat in entries:
-        name = os.path.basename(path)
+    for path, size, mtime_ns in entries:
+        name = path.rsplit("/", 1)[-1]
         if landing.marker and name.endswith(landing.marker):
             continue
         if landing.pattern and not fnmatch.fnmatch(name, landing.pattern):
             continue
         if name.endswith(".reason.txt"):
             continue
-        landed = LandedFile(path, stat.st_size, stat.st_mtime_ns)
+        landed = LandedFile(path, size, mtime_ns)
         marked = not landing.marker or f"{path}{landing.marker}" in names
-        (ready if marked and stat.st_mtime_ns <= limit_ns else waiting).append(landed)
+        (ready if marked and mtime_ns <= limit_ns else waiting).append(landed)
     return Listing(sorted(ready), sorted(waiting))
-
-
-def _walk(root: str, skip: str) -> Iterable[tuple[str, os.stat_result]]:
-    try:
-        entries = list(os.scandir(root))
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.name.startswith((".", "_")) or os.path.abspath(entry.path) == skip:
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            yield from _walk(entry.path, skip)
-        elif entry.is_file():
-            yield entry.path, entry.stat()
 
 
 class FileIndex(SideTable):
@@ -258,7 +237,7 @@ def _index_row(file: LandedFile, status: str, rows: int, load: Mapping | None, r
 def pending_files(spec: TableSpec, target: DeltaTarget, now: datetime | None = None):
     """Ready files not yet loaded or quarantined, and the listing they came from."""
     landing = _landing(spec)
-    listing = list_files(str(spec.source.path), landing, now)
+    listing = list_files(str(spec.source.path), landing, now, target.storage_options)
     known = loaded_files(target)
     return [f for f in listing.ready if f.identity not in known], listing
 
@@ -276,10 +255,11 @@ def load_landing(
     """Load the landing folder's new file versions into ``target`` (bronze), exactly once.
 
     Raises:
-        SourceNotFoundError: the landing folder does not exist.
+        SourceNotFoundError: the landing folder does not exist, or cannot be listed.
     """
     source_path = str(spec.source.path)
-    if not source_path.startswith(_URI) and not os.path.isdir(source_path):
+    folder = LandingFolder(source_path, target.storage_options)
+    if not folder.exists():
         raise SourceNotFoundError(
             spec.name,
             f"landing folder {source_path} does not exist.",
@@ -287,28 +267,39 @@ def load_landing(
         )
     landing = _landing(spec)
     started = now or datetime.now(timezone.utc)
-    pending, listing = pending_files(spec, target, started)
+    try:
+        pending, listing = pending_files(spec, target, started)
+    except LandingListError as exc:
+        raise SourceNotFoundError(
+            spec.name,
+            f"landing folder {source_path} could not be listed: {exc}.",
+            "check the bucket or container in source.path and the warehouse resource's "
+            "storage settings (credentials, region, endpoint)",
+        ) from exc
     already = len(listing.ready) - len(pending)
     if not pending:
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
 
     stage_root = tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir)
     try:
+        # Object-store files are copied out (only these); local ones are read in place.
+        local, moved = folder.local_copies(pending, f"{stage_root}/files")
         quarantined: dict[str, str] = {}
-        readable = pending
+        readable = [f for f in pending if f.path in local]
         if spec.source.format == "parquet":
-            readable, quarantined = _unreadable_parquet(pending)
+            readable, quarantined = _unreadable_parquet(readable, local)
         raw_path = f"{stage_root}/raw"
         stats: dict[str, dict] = {}
         if readable:
             # Before any read: a type change, or a new column under 'fail', stops the run.
             bronze = delta_io.spark_schema(target.open()) if target.exists() else None
-            schema = read_schema(spark, spec, bronze, [f.path for f in readable])
-            _read(spark, spec, readable, schema).write.mode("overwrite").parquet(raw_path)
+            paths = {local[f.path]: f.path for f in readable}
+            schema = read_schema(spark, spec, bronze, list(paths), names=paths)
+            _read(spark, spec, readable, schema, local).write.mode("overwrite").parquet(raw_path)
             stats = _file_stats(raw_path)
-        good, changed = [], 0
+        good, changed = [], len(moved)
         for file in readable:
-            stat = stats.get(file.path)
+            stat = stats.get(local[file.path])
             if stat is None:
                 good.append((file, 0))  # an empty file: nothing to load, but it is seen
             elif stat["corrupt"]:
@@ -324,7 +315,7 @@ def load_landing(
         increment_path = f"{stage_root}/increment"
         rows_read, commit = 0, None
         if any(n for _, n in good):
-            rows_read = _stage_increment(spark, raw_path, loaded, started, increment_path)
+            rows_read = _stage_increment(spark, raw_path, loaded, local, started, increment_path)
             commit = _commit(spec, target, increment_path, good, run_id, partition_label)
         crash_point("after_commit")
         load = {"version": commit.version} if commit and commit.version is not None else None
@@ -336,7 +327,8 @@ def load_landing(
                 if f.path in quarantined
             ]
         )
-        _move_to_quarantine(source_path, quarantine_dir(source_path, landing), quarantined)
+        for path, reason in quarantined.items():
+            folder.quarantine(path, quarantine_dir(source_path, landing), reason)
     finally:
         shutil.rmtree(stage_root, ignore_errors=True)
     return LandingReport(
@@ -357,11 +349,13 @@ def _landing(spec: TableSpec) -> LandingSpec:
     return landing
 
 
-def _unreadable_parquet(files: list[LandedFile]) -> tuple[list[LandedFile], dict[str, str]]:
+def _unreadable_parquet(
+    files: list[LandedFile], local: Mapping[str, str]
+) -> tuple[list[LandedFile], dict[str, str]]:
     good, bad = [], {}
     for file in files:
         try:
-            pq.read_metadata(file.path)
+            pq.read_metadata(local[file.path])
             good.append(file)
         except Exception as exc:
             bad[file.path] = f"not a readable Parquet file: {exc}"
@@ -369,7 +363,11 @@ def _unreadable_parquet(files: list[LandedFile]) -> tuple[list[LandedFile], dict
 
 
 def _read(
-    spark: SparkSession, spec: TableSpec, files: list[LandedFile], schema: StructType
+    spark: SparkSession,
+    spec: TableSpec,
+    files: list[LandedFile],
+    schema: StructType,
+    local: Mapping[str, str],
 ) -> DataFrame:
     """The files' rows (read with ``schema``, see ``landing_schema``) with their file, size,
     modification time and row number, and for JSON/CSV the raw text of rows that do not
@@ -385,8 +383,9 @@ def _read(
     for file in files:
         # CSV columns are positional and a short row is malformed: files are read per
         # header, each with its own columns, then lined up by name (missing ones null).
-        header = csv_header(spec, file.path) if source.format == "csv" else None
-        groups.setdefault(tuple(header) if header else None, []).append(file.path)
+        path = local[file.path]
+        header = csv_header(spec, path) if source.format == "csv" else None
+        groups.setdefault(tuple(header) if header else None, []).append(path)
     frames = []
     for header, paths in groups.items():
         fields = schema.fields if header is None else [schema[n] for n in header]
@@ -450,6 +449,7 @@ def _stage_increment(
     spark: SparkSession,
     raw_path: str,
     files: list[LandedFile],
+    local: Mapping[str, str],
     ingested_at: datetime,
     increment_path: str,
 ) -> int:
@@ -458,9 +458,9 @@ def _stage_increment(
     raw = spark.read.parquet(raw_path)
     uris = raw.select("_f_path").distinct().collect()
     by_local = {_local_path(r["_f_path"]): r["_f_path"] for r in uris}
-    names = [(by_local[f.path], f.path, f.version) for f in files if f.path in by_local] or [
-        ("", "", "")
-    ]
+    names = [
+        (by_local[local[f.path]], f.path, f.version) for f in files if local[f.path] in by_local
+    ] or [("", "", "")]
     chosen = spark.createDataFrame(names, "_f_path STRING, _p STRING, _v STRING")
     data = [c for c in raw.columns if not c.startswith("_f_") and c not in (CORRUPT, FILE_ROW)]
     # Microseconds, not a datetime literal: PySpark reads naive datetimes in local time.
@@ -511,18 +511,6 @@ def _commit(
         # spec declares or on_schema_change allows.
         add_new_columns=True,
     )
-
-
-def _move_to_quarantine(root: str, folder: str, reasons: dict[str, str]) -> None:
-    for path, reason in reasons.items():
-        relative = os.path.relpath(path, root)
-        destination = os.path.join(folder, relative)
-        if os.path.exists(destination):
-            destination = f"{destination}.{time.time_ns()}"
-        os.makedirs(os.path.dirname(destination), exist_ok=True)
-        shutil.move(path, destination)
-        with open(f"{destination}.reason.txt", "w") as handle:
-            handle.write(reason + "\n")
 
 
 def newest_versions(bronze: DataFrame) -> DataFrame:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
@@ -93,8 +93,10 @@ def read_schema(
     spec: TableSpec,
     bronze: StructType | None,
     paths: list[str],
+    names: Mapping[str, str] | None = None,
 ) -> StructType:
-    """The schema to read ``paths`` with.
+    """The schema to read ``paths`` with; ``names`` maps a path read to the file it is a
+    copy of (an object-store file), for messages.
 
     Raises:
         SchemaMismatchError: a column changed type, or a new column appeared while
@@ -114,6 +116,8 @@ def read_schema(
     else:
         assert known is not None
         changes = _json_changes(spark, spec, known, paths)
+    if names:
+        changes = [replace(c, file=names.get(c.file, c.file)) for c in changes]
     return evolve(spec, known, changes)
 
 

@@ -36,6 +36,10 @@ FILE_KEYS = (SOURCE_FILE, FILE_VERSION, FILE_ROW)
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
+OBJECT_STORE_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://")
+"""URI prefixes of folders on object stores (opened by delta-rs with the storage options)."""
+
+
 class LandingSpec(BaseModel):
     """How files arrive in a landing folder and where malformed ones go."""
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES
 from incremental_assets.specs.models import (
     ConnectionSpec,
     ProjectSpec,
@@ -38,7 +39,7 @@ STRATEGY_MODELS: dict[str, type[BaseModel]] = {
 }
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_URI_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
+_URI_SCHEMES = (*OBJECT_STORE_SCHEMES, "file://")
 
 
 class SpecError(ValueError):

@@ -34,7 +34,12 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from incremental_assets.specs.durations import parse_duration
-from incremental_assets.specs.landing import FILE_KEYS, INGESTED_AT, LandingSpec
+from incremental_assets.specs.landing import (
+    FILE_KEYS,
+    INGESTED_AT,
+    OBJECT_STORE_SCHEMES,
+    LandingSpec,
+)
 from incremental_assets.specs.strategies import (
     CdcStrategy,
     Scd2Strategy,
@@ -218,6 +223,15 @@ class SourceSpec(_Spec):
                 raise ValueError(
                     f"landing: {self.format} files need source.schema (Spark DDL), so a "
                     "malformed row is detected instead of inferred"
+                )
+            quarantine = self.landing.quarantine or "_quarantine"
+            outside = quarantine.startswith(("/", *OBJECT_STORE_SCHEMES))
+            if str(self.path).startswith(OBJECT_STORE_SCHEMES) and (
+                outside or ".." in quarantine.split("/")
+            ):
+                raise ValueError(
+                    f"landing.quarantine: {quarantine!r}: for a landing folder on an object "
+                    "store the quarantine is a folder inside it, e.g. '_quarantine'"
                 )
         return self
 
