@@ -293,10 +293,13 @@ def _replay_quarantine(args: argparse.Namespace) -> int:
         raise CliError(f"table '{spec.name}' has no quality rules, so nothing is quarantined")
     spark = _spark(project, "incremental-assets-replay")
     result = replay(spark, spec, _target(project, spec), merge_plan_of(spec))
+    written = (
+        f"Delta version {_text(result.delta_version)}" if result.committed else "nothing committed"
+    )
     print(
         f"{spec.name}: {result.examined} quarantined rows examined, {result.replayed} pass "
         f"the rules now and were merged ({result.rows_inserted} inserted, "
-        f"{result.rows_updated} updated; Delta version {_text(result.delta_version)}), "
+        f"{result.rows_updated} updated; {written}), "
         f"{result.still_failing} still fail and stay in the quarantine"
     )
     return 0
@@ -413,6 +416,8 @@ def _explain(args: argparse.Namespace) -> int:
 
     project = _project(args.tables)
     spec = _table(project, args.table)
+    if spec.landing is not None:
+        return _explain_landing(spec, _target(project, spec), args.json)
     request = _request(spec, args.partition)
     spark = _spark(project, "incremental-assets-explain")
     plan = explain(spark, spec, _target(project, spec), request)
@@ -444,6 +449,32 @@ def _explain(args: argparse.Namespace) -> int:
             lines.append(("", f"... {len(plan.target_files) - 5} more (--json lists all)"))
         if plan.note:
             lines.append(("", plan.note))
+    width = max(len(label) for label, _ in lines)
+    for label, text in lines:
+        print(f"  {label:<{width}}  {text}")
+    return 0
+
+
+def _explain_landing(spec, target, as_json: bool) -> int:
+    from incremental_assets.engine.explain import explain_landing
+
+    plan = explain_landing(spec, target)
+    if as_json:
+        print(json.dumps(plan.to_json(), indent=2))
+        return 0
+    print(f"{plan.table}, landing folder {plan.folder}; listed only, nothing is read or written")
+    wait = f"settling (read once {plan.settle} old"
+    wait += f" and <file>{plan.marker} exists)" if plan.marker else ")"
+    size = sum(f.size for f in plan.pending)
+    lines = [
+        ("ready files", f"{plan.ready} ({plan.known} already loaded or quarantined)"),
+        ("next run loads", f"{len(plan.pending)} new file versions ({_bytes(size)})"),
+        *[("", f"{f.path}  {_bytes(f.size)}  {_text(f.modified)}") for f in plan.pending[:10]],
+    ]
+    if len(plan.pending) > 10:
+        lines.append(("", f"... {len(plan.pending) - 10} more (--json lists all)"))
+    lines.append(("waiting", f"{len(plan.waiting)} {wait}"))
+    lines += [("", f.path) for f in plan.waiting[:5]]
     width = max(len(label) for label, _ in lines)
     for label, text in lines:
         print(f"  {label:<{width}}  {text}")

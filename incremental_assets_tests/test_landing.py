@@ -15,7 +15,9 @@ from deltalake import DeltaTable
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import landing
 from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.explain import explain_landing
 from incremental_assets.engine.landing import FileIndex, list_files, load_landing, newest_versions
+from incremental_assets.engine.operations import table_status
 from incremental_assets.specs import SpecError, TableSpec, load_project
 
 NOW = datetime(2026, 1, 2, 12, tzinfo=timezone.utc)
@@ -167,7 +169,7 @@ def test_a_file_loaded_again_after_a_crash_before_its_index_adds_no_rows(
     # As if the index and the commit's file list were both lost: the merge on
     # (file, version, row) still inserts nothing.
     shutil.rmtree(FileIndex(bronze).location.path)
-    monkeypatch.setattr(landing, "loaded_files", lambda target: set())
+    monkeypatch.setattr(landing, "loaded_files", lambda target, record=True: set())
     rerun = load_landing(spark, spec, bronze, now=NOW)
     assert [Path(f.path).name for f in rerun.files_loaded] == ["a.json"]
     assert rerun.commit.rows_inserted == 0
@@ -324,3 +326,27 @@ def test_csv_and_parquet_landing_files_with_a_quarantine_inside_the_folder(spark
         assert sorted(ids) == [1, 2]
         again = load_landing(spark, spec, target, now=NOW)
         assert again.files_seen == 1 and again.files_loaded == []
+
+
+def test_explain_lists_the_files_the_next_run_would_load_and_writes_nothing(spark, folder, bronze):
+    spec = landing_spec(folder)
+    drop(folder, "a.json", [invoice(1)])
+    load_landing(spark, spec, bronze, now=NOW)
+    shutil.rmtree(FileIndex(bronze).location.path)  # the index lags the bronze log
+    drop(folder, "b.json", [invoice(2)])
+    drop(folder, "c.json", [invoice(3)], modified=NOW)  # still settling at NOW
+    version = DeltaTable(bronze.path).version()
+
+    plan = explain_landing(spec, bronze, now=NOW)
+    assert [Path(f.path).name for f in plan.pending] == ["b.json"]
+    assert [Path(f.path).name for f in plan.waiting] == ["c.json"]
+    assert (plan.ready, plan.known) == (2, 1)
+    shown = plan.to_json()
+    assert shown["pending"][0]["path"] == str(folder / "b.json") and shown["settle"] == "30s"
+    # Nothing written: not bronze, and not the index (explain does not catch it up).
+    assert DeltaTable(bronze.path).version() == version
+    assert not FileIndex(bronze).location.exists()
+
+    status = table_status(spec, bronze)
+    assert status.last_run.cursor_before is None and status.last_run.cursor_after is None
+    assert status.to_json()["last_run"]["cursor_before"] is None

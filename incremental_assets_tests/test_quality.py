@@ -94,6 +94,7 @@ def test_replay_after_fixing_the_rule_merges_fixed_rows_exactly_once(spark, orde
     assert (first.examined, first.replayed, first.still_failing) == (2, 1, 1)
     assert first.rows_inserted == 1
     assert (second.replayed, second.rows_inserted) == (0, 0)
+    assert first.committed and not second.committed
     assert target_rows(target) == [(1, "placed", 10.0, at(1, 1)), (2, "placed", 0.0, at(1, 2))]
     assert [r[0] for r in quarantined(target)] == [3]
     assert Quarantine(target).rows() == 1
@@ -171,4 +172,8 @@ tables:
     out = capsys.readouterr().out
     assert code == 0, out
     assert "1 quarantined rows examined, 1 pass the rules now and were merged" in out
+    assert "Delta version" in out
+    assert cli.main(["replay-quarantine", "orders", "--tables", str(tables)]) == 0
+    assert "0 pass the rules now" in (again := capsys.readouterr().out)
+    assert "nothing committed" in again and "Delta version" not in again
     assert [r[0] for r in target_rows(target)] == [1, 2]

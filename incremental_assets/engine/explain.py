@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -20,14 +21,17 @@ from pyspark.sql.types import TimestampType
 
 from incremental_assets.engine import delta_io, predicates
 from incremental_assets.engine.delta_store import DeltaTarget
-from incremental_assets.engine.errors import IncrementalLoadError
+from incremental_assets.engine.errors import IncrementalLoadError, SourceNotFoundError
 from incremental_assets.engine.jdbc import JdbcSource, sql_condition
+from incremental_assets.engine.landing import LIST_FIX, pending_files
+from incremental_assets.engine.landing_folder import LandedFile, LandingListError
 from incremental_assets.engine.load import Probe, probe, window_rows
 from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import format_value, from_transaction_version
 from incremental_assets.engine.windows import LoadRequest
 from incremental_assets.specs import TableSpec
+from incremental_assets.specs.durations import format_duration
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ def explain(
             spec.name,
             "explain plans watermark windows; a landing table loads each new file once, "
             "by its path and version.",
-            "see the landing sensor's pending files, or incremental-assets status",
+            "use explain_landing, which lists the files the next run would load",
         )
     probed = probe(spark, spec, target, request, source_storage)
     window, source = probed.window, probed.source
@@ -190,3 +194,69 @@ def _target_files(
         selected, note = delta_io.prune_files(live, [part]), ""
     size = sum(int(row.get("size_bytes") or 0) for row in selected)
     return [str(row["path"]) for row in selected], live.num_rows, size, note
+
+
+@dataclass(frozen=True)
+class LandingPlan:
+    """What the next run of a landing table would load: the ready file versions that are
+    neither loaded nor quarantined (``pending``), and the files still settling or waiting
+    for their marker (``waiting``). Listing only: no file is read."""
+
+    table: str
+    folder: str
+    settle: str
+    marker: str | None
+    ready: int
+    pending: list[LandedFile]
+    waiting: list[LandedFile]
+
+    @property
+    def known(self) -> int:
+        return self.ready - len(self.pending)
+
+    def to_json(self) -> dict[str, Any]:
+        def files(items: list[LandedFile]) -> list[dict[str, Any]]:
+            return [
+                {"path": f.path, "size": f.size, "modified": format_value(f.modified)}
+                for f in items
+            ]
+
+        return {
+            "table": self.table,
+            "mode": "landing",
+            "folder": self.folder,
+            "settle": self.settle,
+            "marker": self.marker,
+            "ready": self.ready,
+            "already_loaded_or_quarantined": self.known,
+            "pending": files(self.pending),
+            "waiting": files(self.waiting),
+        }
+
+
+def explain_landing(spec: TableSpec, target: DeltaTarget, now: datetime | None = None):
+    """Plan the next run of a landing table without reading a file or writing anything.
+
+    Raises:
+        SourceNotFoundError: the folder cannot be listed (see ``load_landing``).
+    """
+    landing = spec.landing
+    assert landing is not None, f"{spec.name} is not a landing table"
+    folder = str(spec.source.path)
+    try:
+        pending, listing = pending_files(spec, target, now, record=False)
+    except LandingListError as exc:
+        raise SourceNotFoundError(
+            spec.name,
+            f"landing folder {folder} could not be listed: {exc}.",
+            LIST_FIX,
+        ) from exc
+    return LandingPlan(
+        table=spec.name,
+        folder=folder,
+        settle=format_duration(landing.settle),
+        marker=landing.marker,
+        ready=len(listing.ready),
+        pending=pending,
+        waiting=listing.waiting,
+    )

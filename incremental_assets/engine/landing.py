@@ -74,6 +74,10 @@ from incremental_assets.specs.landing import (
 )
 
 CORRUPT = "_ia_corrupt_record"
+LIST_FIX = (
+    "check the bucket or container in source.path and the warehouse resource's storage "
+    "settings (credentials, region, endpoint)"
+)
 
 
 @dataclass(frozen=True)
@@ -234,11 +238,14 @@ def _index_row(file: LandedFile, status: str, rows: int, load: Mapping | None, r
     }
 
 
-def pending_files(spec: TableSpec, target: DeltaTarget, now: datetime | None = None):
-    """Ready files not yet loaded or quarantined, and the listing they came from."""
+def pending_files(
+    spec: TableSpec, target: DeltaTarget, now: datetime | None = None, record: bool = True
+):
+    """Ready files not yet loaded or quarantined, and the listing they came from
+    (``record``: see ``loaded_files``; False writes nothing)."""
     landing = _landing(spec)
     listing = list_files(str(spec.source.path), landing, now, target.storage_options)
-    known = loaded_files(target)
+    known = loaded_files(target, record)
     return [f for f in listing.ready if f.identity not in known], listing
 
 
@@ -273,8 +280,7 @@ def load_landing(
         raise SourceNotFoundError(
             spec.name,
             f"landing folder {source_path} could not be listed: {exc}.",
-            "check the bucket or container in source.path and the warehouse resource's "
-            "storage settings (credentials, region, endpoint)",
+            LIST_FIX,
         ) from exc
     already = len(listing.ready) - len(pending)
     if not pending:

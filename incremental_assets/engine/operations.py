@@ -48,8 +48,9 @@ class LastRun:
     partition: str
     mode: str
     window: str
-    cursor_before: str
-    cursor_after: str
+    cursor_before: str | None
+    """None when the load has no watermark (a landing table) or started from none."""
+    cursor_after: str | None
     rows_extracted: int | None
     rows_inserted: int
     rows_updated: int
@@ -318,13 +319,18 @@ def _last_run(load: dict) -> LastRun | None:
         partition=str(load.get("partition", "")),
         mode=str(load.get("mode", "")),
         window=str(load.get("window", "")),
-        cursor_before=str(load.get("cursor_before", "-")),
-        cursor_after=str(load.get("cursor_after", "-")),
+        cursor_before=_cursor(load.get("cursor_before")),
+        cursor_after=_cursor(load.get("cursor_after")),
         rows_extracted=int(extracted) if extracted is not None else None,
         rows_inserted=metric("num_target_rows_inserted" if merged else "num_added_rows"),
         rows_updated=metric("num_target_rows_updated"),
         rows_deleted=metric("num_target_rows_deleted"),
     )
+
+
+def _cursor(value: object) -> str | None:
+    # Commits write "-" for "no cursor"; readers of status --json get null.
+    return None if value is None or value == "-" else str(value)
 
 
 def _rewind_record(commit: dict) -> RewindRecord:

@@ -58,6 +58,9 @@ class ReplayResult:
     rows_inserted: int
     rows_updated: int
     delta_version: int | None
+    committed: bool = False
+    """Whether the replay wrote a Delta version (``delta_version`` is then that version,
+    else the table's current one)."""
 
 
 def replay(
@@ -122,6 +125,7 @@ def replay(
         rows_inserted=commit.rows_inserted if commit else 0,
         rows_updated=commit.rows_updated if commit else 0,
         delta_version=commit.version if commit else state.version,
+        committed=bool(commit and commit.committed),
     )
 
 

@@ -131,7 +131,7 @@ def refuse_unless_windows(spec: TableSpec) -> None:
     of source rows (checked before any Spark work)."""
     if spec.landing is not None:
         why = "a landing table loads each file once, by path and version, not by window"
-        fix = "see incremental-assets status and the landing sensor's pending files"
+        fix = "incremental-assets explain TABLE lists the files the next run would load"
     elif spec.takes_snapshots:
         why = "a snapshot table holds its source's current state; past partitions cannot be "
         why += "re-read from the source"
