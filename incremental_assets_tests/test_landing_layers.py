@@ -121,6 +121,22 @@ def test_lines_that_vanish_from_a_rewritten_file_leave_silver_and_gold(spark, tm
     assert [d.isoformat() for d in moved.days] == ["2026-01-01", "2026-01-03"]
     assert gold_rows(gold) == scratch(spark, silver)
 
+    # a.json rewritten with no rows at all: its lines leave silver, its day leaves gold.
+    bronze_rows = DeltaTable(bronze.path).to_pyarrow_table().num_rows
+    drop(folder, "a.json", [], modified=OLD + timedelta(minutes=4))
+    emptied = load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=28))
+    assert [f.path for f in emptied.files_loaded] == [str(folder / "a.json")]
+    assert emptied.commit.committed and emptied.commit.rows_inserted == 0
+    assert DeltaTable(bronze.path).to_pyarrow_table().num_rows == bronze_rows
+    step = silver_from_bronze(spark, bronze, silver)
+    assert step.rows_deleted == 1
+    lines = DeltaTable(silver.path).to_pyarrow_table(columns=["InvoiceNumber"])
+    assert lines.column(0).to_pylist() == ["INV4", "INV4"]  # b.json's two lines
+    gone = gold_from_silver(spark, silver, gold)
+    assert [d.isoformat() for d in gone.days] == ["2026-01-03"]
+    assert gold_rows(gold) == scratch(spark, silver)
+    assert {r[0] for r in gold_rows(gold)} == {"2026-01-01"}
+
     # Loading nothing new changes nothing.
     versions = (DeltaTable(silver.path).version(), DeltaTable(gold.path).version())
     load_landing(spark, spec, bronze, now=NOW + timedelta(minutes=30))

@@ -287,6 +287,18 @@ class DeltaTarget:
                 "re-run; limit each table to one run at a time (its Dagster pool)",
             ) from None
 
+    def record(self, metadata: Mapping[str, Any]) -> CommitResult:
+        """A commit without data or cursor: ``metadata`` alone in the log (e.g. a landing
+        run whose new file versions hold no rows still lists them)."""
+        table = self.open()
+        table.create_write_transaction(
+            actions=[],
+            mode="append",
+            schema=table.schema(),
+            commit_properties=self._properties("timestamp", None, metadata),
+        )
+        return CommitResult(committed=True, version=self.open().version())
+
     def _create_with(
         self,
         rows: pads.Scanner,

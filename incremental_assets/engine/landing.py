@@ -323,6 +323,10 @@ def load_landing(
         if any(n for _, n in good):
             rows_read = _stage_increment(spark, raw_path, loaded, local, started, increment_path)
             commit = _commit(spec, target, increment_path, good, run_id, partition_label)
+        elif good and target.exists():
+            # Versions without rows (a file rewritten empty): a commit that only lists
+            # them, so silver drops the lines of their earlier versions.
+            commit = target.record(_files_metadata(good, run_id, partition_label))
         crash_point("after_commit")
         load = {"version": commit.version} if commit and commit.version is not None else None
         FileIndex(target).record(
@@ -494,10 +498,9 @@ def _commit(
     run_id: str,
     partition_label: str,
 ) -> CommitResult:
-    """Merge the rows insert-if-absent on (file, version, row), listing the files in the
-    same commit's metadata."""
+    """Merge the rows insert-if-absent on (file, version, row), listing the files (those
+    without rows too) in the same commit's metadata."""
     state = target.state("timestamp")
-    files = [[f.path, f.version, n] for f, n in good if n]
     return target.commit(
         state,
         increment_path,
@@ -505,18 +508,22 @@ def _commit(
         kind="timestamp",
         cursor_before=None,
         cursor_after=None,
-        metadata={
-            "run_id": run_id,
-            "partition": partition_label,
-            "mode": "landing",
-            "files": files,
-            "files_loaded": len(files),
-        },
+        metadata=_files_metadata(good, run_id, partition_label),
         partition_by=list(spec.target.partition_by),
         # The read schema passed landing_schema's checks: a column bronze lacks is one the
         # spec declares or on_schema_change allows.
         add_new_columns=True,
     )
+
+
+def _files_metadata(good: list[tuple[LandedFile, int]], run_id: str, partition_label: str):
+    return {
+        "run_id": run_id,
+        "partition": partition_label,
+        "mode": "landing",
+        "files": [[f.path, f.version, n] for f, n in good],
+        "files_loaded": len(good),
+    }
 
 
 def newest_versions(bronze: DataFrame) -> DataFrame:
