@@ -56,7 +56,7 @@ STORES = ("STR7188", "STR1534", "STR2629", "STR4011")
 SETTLED = (START - timedelta(days=1)).timestamp()
 
 
-def spec_for(folder: Path) -> TableSpec:
+def spec_for(folder: Path | str, settle: str = "30s") -> TableSpec:
     return TableSpec.model_validate(
         {
             "name": "invoices_bronze",
@@ -64,7 +64,7 @@ def spec_for(folder: Path) -> TableSpec:
                 "format": "json",
                 "path": str(folder),
                 "schema": INVOICE_DDL,
-                "landing": {"settle": "30s"},
+                "landing": {"settle": settle},
             },
             "strategy": "append",
             "partitioning": {"granularity": "daily", "start": "2026-01-01"},
@@ -82,11 +82,44 @@ def write_file(path: Path, rows: list[dict], stamp: float = SETTLED) -> None:
     os.utime(path, (stamp, stamp))
 
 
-def pick_up(spark, root: Path, loaded: int, new: int, batch: int, repeats: int) -> dict:
+class LocalFolder:
+    """The landing folder on local disk."""
+
+    def __init__(self, root: Path):
+        self.path = root / "landing"
+        self.spec = spec_for(self.path)
+        self.storage: dict[str, str] = {}
+
+    def write(self, name: str, rows: list[dict]) -> None:
+        write_file(self.path / name, rows)
+
+    def reads(self) -> int | None:
+        return None  # Spark reads local files in place: files_loaded says which
+
+
+class S3Folder:
+    """The landing folder in a bucket of an S3-compatible server (moto's); objects cannot
+    be back-dated, so they settle at once."""
+
+    def __init__(self, server, bucket: str):
+        server.client.create_bucket(Bucket=bucket)
+        self.server, self.bucket = server, bucket
+        self.spec = spec_for(f"s3://{bucket}/landing", settle="0s")
+        self.storage = server.warehouse().storage_options()
+        self.names: dict[str, str] = {}
+
+    def write(self, name: str, rows: list[dict]) -> None:
+        self.server.put(self.bucket, f"landing/{name}", "".join(json.dumps(r) + "\n" for r in rows))
+
+    def reads(self) -> int:
+        return self.server.object_reads(self.bucket)
+
+
+def pick_up(spark, root: Path, folder, loaded: int, new: int, batch: int, repeats: int) -> dict:
     """Seed ``loaded`` files (untimed, real loads in batches), then ``repeats`` times drop
     ``new`` files and time one load (the median is reported)."""
-    folder, target = root / "landing", DeltaTarget("invoices_bronze", str(root / "bronze"))
-    spec = spec_for(folder)
+    target = DeltaTarget("invoices_bronze", str(root / "bronze"), folder.storage)
+    spec = folder.spec
     rng = random.Random(loaded)
     seeded = 0
     seed_started = time.perf_counter()
@@ -95,16 +128,17 @@ def pick_up(spark, root: Path, loaded: int, new: int, batch: int, repeats: int) 
         # Each batch in its own sub-folder written just before it is loaded, so a batch's
         # load reads only its files (the folder is listed whole each time, as in use).
         for n in range(seeded, seeded + size):
-            write_file(folder / f"b{n // batch:03d}" / f"pos-{n:06d}.json", [invoice(rng, n, 0)])
+            folder.write(f"b{n // batch:03d}/pos-{n:06d}.json", [invoice(rng, n, 0)])
         report = load_landing(spark, spec, target)
         assert len(report.files_loaded) == size, report
         seeded += size
     seed_seconds = time.perf_counter() - seed_started
     timings, list_timings = [], []
+    reads_before = folder.reads()
     for attempt in range(repeats):
         for n in range(new):
             name = f"pos-new-{attempt}-{n:03d}.json"
-            write_file(folder / "new" / name, [invoice(rng, 10**8 + 1000 * attempt + n, 1)])
+            folder.write(f"new/{name}", [invoice(rng, 10**8 + 1000 * attempt + n, 1)])
         started = time.perf_counter()
         pending, listing = pending_files(spec, target)
         list_timings.append(time.perf_counter() - started)
@@ -113,8 +147,10 @@ def pick_up(spark, root: Path, loaded: int, new: int, batch: int, repeats: int) 
         timings.append(time.perf_counter() - started)
         assert len(pending) == new and len(report.files_loaded) == new, report
         assert report.files_already_loaded == loaded + attempt * new
+    reads = folder.reads()
     return {
         "loaded": loaded,
+        "objects_read": None if reads is None else (reads - reads_before) / repeats,
         "seed_seconds": seed_seconds,
         "listed": len(listing.ready),
         "read": len(report.files_loaded),
@@ -197,35 +233,84 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--invoices-per-day", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", default=None, help="default: a temporary folder")
+    parser.add_argument(
+        "--store",
+        choices=("local", "s3"),
+        default="local",
+        help="where the landing folder is: s3 runs the pick-up against moto's S3 server "
+        "(dev extra) and skips the gold part",
+    )
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="ia-bench-landing-", dir=args.data_dir))
     spark = local_session("incremental-assets-bench-landing")
+    server = None
+    if args.store == "s3":
+        from incremental_assets_tests.s3_server import S3Server
+
+        if not S3Server.available():
+            parser.error("--store s3 needs moto_server: install the dev extra")
+        server = S3Server(root / "moto.log")
+
+    def folder(name: str):
+        if server is None:
+            return LocalFolder(root / name)
+        return S3Folder(server, f"bench-{name}")
+
+    gold = None
     try:
         # Start-up and JIT warm-up, not billed to the first measurement.
-        pick_up(spark, root / "warm-up", 20, args.new, 10, 2)
-        base = pick_up(spark, root / "few", args.baseline, args.new, args.seed_batch, args.repeats)
-        many = pick_up(spark, root / "many", args.loaded, args.new, args.seed_batch, args.repeats)
-        gold = gold_refresh(spark, root / "gold", args.days, args.invoices_per_day, args.repeats)
+        pick_up(spark, root / "warm-up", folder("warm-up"), 20, args.new, 10, 2)
+        base = pick_up(
+            spark,
+            root / "few",
+            folder("few"),
+            args.baseline,
+            args.new,
+            args.seed_batch,
+            args.repeats,
+        )
+        many = pick_up(
+            spark,
+            root / "many",
+            folder("many"),
+            args.loaded,
+            args.new,
+            args.seed_batch,
+            args.repeats,
+        )
+        if server is None:
+            gold = gold_refresh(
+                spark, root / "gold", args.days, args.invoices_per_day, args.repeats
+            )
     finally:
         spark.stop()
+        if server is not None:
+            server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
+    where = "an S3 bucket (moto_server, local)" if server else "a local folder"
     print(
-        f"\nPick-up of {args.new} new files (JSON lines, one invoice each), median of "
-        f"{args.repeats}"
+        f"\nPick-up of {args.new} new files (JSON lines, one invoice each) from {where}, "
+        f"median of {args.repeats}"
     )
-    print("| files already loaded | files listed | files read | list + diff (s) | load (s) |")
-    print("|---:|---:|---:|---:|---:|")
+    print(
+        "| files already loaded | files listed | files read | objects downloaded "
+        "| list + diff (s) | load (s) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
     for r in (base, many):
+        downloaded = "-" if r["objects_read"] is None else f"{r['objects_read']:.0f}"
         print(
-            f"| {r['loaded']:,} | {r['listed']:,} | {r['read']} | "
+            f"| {r['loaded']:,} | {r['listed']:,} | {r['read']} | {downloaded} | "
             f"{r['list_seconds']:.2f} | {r['seconds']:.2f} |"
         )
     print(
         f"(seeding {many['loaded']:,} files by real loads of {args.seed_batch:,}: "
         f"{many['seed_seconds']:.0f}s)"
     )
+    if gold is None:
+        return 0
     print(
         f"\nGold refresh, {gold['days']} days ({gold['silver_lines']:,} silver lines, "
         f"{gold['gold_rows']:,} gold rows), median of {args.repeats}"

@@ -5,10 +5,6 @@ warehouse resource's storage options; bronze is a local Delta table."""
 from __future__ import annotations
 
 import json
-import re
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -16,79 +12,27 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster_deltalake import S3Config
 from deltalake import DeltaTable
 
 from incremental_assets.defs.build import build_definitions
 from incremental_assets.defs.landing import FILES_QUARANTINED, sensor_name
-from incremental_assets.defs.resources import DeltaWarehouse
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.landing import load_landing, newest_versions
 from incremental_assets.specs import SpecError, load_project
+from incremental_assets_tests.s3_server import S3Server
 from incremental_assets_tests.test_landing import INVOICE_DDL, invoice, landing_spec
 
 LATER = datetime.now(timezone.utc) + timedelta(hours=1)  # every object has settled
 
 
-class S3Server:
-    """moto's S3 server in a subprocess; its request log tells which objects were read."""
-
-    def __init__(self, log: Path):
-        binary = Path(sys.executable).parent / "moto_server"
-        if not binary.exists():
-            pytest.skip("moto_server is missing: install the dev extra (pip install -e '.[dev]')")
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.log = log
-        self.process = subprocess.Popen(
-            [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            self.process.kill()
-            raise RuntimeError(f"moto_server did not start; see {log}")
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        import boto3
-
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-            region_name="us-east-1",
-        )
-
-    def warehouse(self) -> DeltaWarehouse:
-        storage = S3Config(
-            endpoint=self.endpoint,
-            access_key_id="test",
-            secret_access_key="test",
-            region="us-east-1",
-        )
-        return DeltaWarehouse(storage=storage, options={"allow_http": "true"})
-
-    def object_reads(self, bucket: str, key: str) -> int:
-        """GET requests the server logged for one object."""
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", self.log.read_text())  # werkzeug colours
-        return len(re.findall(rf'"GET /{bucket}/{re.escape(key)} HTTP', plain))
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
+    if not S3Server.available():
+        pytest.skip("moto_server is missing: install the dev extra (pip install -e '.[dev]')")
     server = S3Server(tmp_path_factory.mktemp("moto") / "requests.log")
     yield server
-    server.process.terminate()
-    server.process.wait(timeout=10)
+    server.stop()
 
 
 @pytest.fixture
@@ -98,17 +42,27 @@ def bucket(s3) -> str:
     return name
 
 
-def put(s3: S3Server, bucket: str, key: str, text: str) -> None:
-    s3.client.put_object(Bucket=bucket, Key=key, Body=text.encode())
-
-
-def keys(s3: S3Server, bucket: str) -> list[str]:
-    listed = s3.client.list_objects_v2(Bucket=bucket).get("Contents", [])
-    return sorted(item["Key"] for item in listed)
-
-
 def lines(*numbers: int) -> str:
     return "".join(json.dumps(invoice(n)) + "\n" for n in numbers)
+
+
+def write_tables(root: Path, folder: str, landing: str) -> Path:
+    path = root / "tables.yaml"
+    path.write_text(
+        f"""
+warehouse: {{root: ./warehouse}}
+tables:
+  - name: invoices_bronze
+    source:
+      format: json
+      path: {folder}
+      schema: "{INVOICE_DDL}"
+      landing: {landing}
+    strategy: append
+    partitioning: {{granularity: daily, start: 2026-01-01}}
+"""
+    )
+    return path
 
 
 def local_bronze(tmp_path: Path, s3: S3Server) -> DeltaTarget:
@@ -123,10 +77,10 @@ def test_s3_files_load_once_only_new_ones_are_read_and_a_bad_one_is_quarantined(
     folder = f"s3://{bucket}/invoices"
     spec = landing_spec(folder)
     bronze = local_bronze(tmp_path, s3)
-    put(s3, bucket, "invoices/a.json", lines(1, 2))
-    put(s3, bucket, "invoices/2026/01/b.json", lines(3))
-    put(s3, bucket, "invoices/bad.json", lines(4) + "this is not json\n")
-    put(s3, bucket, "invoices/_partial/c.json", lines(9))  # '_' folders are never read
+    s3.put(bucket, "invoices/a.json", lines(1, 2))
+    s3.put(bucket, "invoices/2026/01/b.json", lines(3))
+    s3.put(bucket, "invoices/bad.json", lines(4) + "this is not json\n")
+    s3.put(bucket, "invoices/_partial/c.json", lines(9))  # '_' folders are never read
 
     first = load_landing(spark, spec, bronze, now=LATER)
     assert [f.path for f in first.files_loaded] == [f"{folder}/2026/01/b.json", f"{folder}/a.json"]
@@ -138,9 +92,9 @@ def test_s3_files_load_once_only_new_ones_are_read_and_a_bad_one_is_quarantined(
         (f"{folder}/a.json", "INV2"),
     ]
     # The bad file moved to the quarantine inside the folder, with its reason beside it.
-    assert "invoices/bad.json" not in keys(s3, bucket)
+    assert "invoices/bad.json" not in s3.keys(bucket)
     assert {"invoices/_quarantine/bad.json", "invoices/_quarantine/bad.json.reason.txt"} <= set(
-        keys(s3, bucket)
+        s3.keys(bucket)
     )
     reason = s3.client.get_object(Bucket=bucket, Key="invoices/_quarantine/bad.json.reason.txt")
     assert "do not match source.schema" in reason["Body"].read().decode()
@@ -154,7 +108,7 @@ def test_s3_files_load_once_only_new_ones_are_read_and_a_bad_one_is_quarantined(
     assert DeltaTable(bronze.path).version() == version
 
     # A new file is read alone; the loaded ones are not downloaded again.
-    put(s3, bucket, "invoices/d.json", lines(5))
+    s3.put(bucket, "invoices/d.json", lines(5))
     third = load_landing(spark, spec, bronze, now=LATER)
     assert [f.path for f in third.files_loaded] == [f"{folder}/d.json"]
     assert s3.object_reads(bucket, "invoices/a.json") == reads
@@ -162,7 +116,7 @@ def test_s3_files_load_once_only_new_ones_are_read_and_a_bad_one_is_quarantined(
 
     # A file rewritten in place is a new version, and silver's view keeps only its rows.
     time.sleep(1.1)  # object times have one-second resolution
-    put(s3, bucket, "invoices/a.json", lines(1, 6))
+    s3.put(bucket, "invoices/a.json", lines(1, 6))
     fourth = load_landing(spark, spec, bronze, now=LATER + timedelta(minutes=5))
     assert [f.path for f in fourth.files_loaded] == [f"{folder}/a.json"]
     newest = newest_versions(spark.read.parquet(*DeltaTable(bronze.path).file_uris()))
@@ -182,44 +136,17 @@ def test_an_unlistable_bucket_fails_with_what_to_check_and_commits_nothing(spark
 
 
 def test_a_quarantine_outside_an_object_store_folder_is_refused_when_the_spec_loads(tmp_path):
-    (tmp_path / "tables.yaml").write_text(
-        f"""
-warehouse: {{root: ./warehouse}}
-tables:
-  - name: invoices_bronze
-    source:
-      format: json
-      path: s3://landing/invoices
-      schema: "{INVOICE_DDL}"
-      landing: {{quarantine: /tmp/quarantine}}
-    strategy: append
-    partitioning: {{granularity: daily, start: 2026-01-01}}
-"""
-    )
+    tables = write_tables(tmp_path, "s3://landing/invoices", "{quarantine: /tmp/quarantine}")
     with pytest.raises(SpecError, match="the quarantine is a folder inside it"):
-        load_project(tmp_path / "tables.yaml")
+        load_project(tables)
 
 
 def test_the_sensor_and_a_bronze_run_work_on_an_s3_folder(spark, tmp_path, s3, bucket):
-    (tmp_path / "tables.yaml").write_text(
-        f"""
-warehouse: {{root: ./warehouse}}
-tables:
-  - name: invoices_bronze
-    source:
-      format: json
-      path: s3://{bucket}/invoices
-      schema: "{INVOICE_DDL}"
-      landing: {{settle: 0s}}
-    strategy: append
-    partitioning: {{granularity: daily, start: 2026-01-01}}
-"""
-    )
-    project = load_project(tmp_path / "tables.yaml")
+    project = load_project(write_tables(tmp_path, f"s3://{bucket}/invoices", "{settle: 0s}"))
     defs = build_definitions(project, resources={"warehouse": s3.warehouse()})
     sensor = next(s for s in defs.sensors if s.name == sensor_name(project.tables[0]))
-    put(s3, bucket, "invoices/a.json", lines(1, 2))
-    put(s3, bucket, "invoices/bad.json", "not json at all\n")
+    s3.put(bucket, "invoices/a.json", lines(1, 2))
+    s3.put(bucket, "invoices/bad.json", "not json at all\n")
 
     with dg.instance_for_test() as instance:
 
@@ -254,5 +181,5 @@ tables:
         # Loaded and quarantined files are known: the sensor asks for nothing more.
         skipped = tick(first.cursor)
         assert skipped.run_requests == [] and "no new files" in skipped.skip_message
-        put(s3, bucket, "invoices/b.json", lines(3))
+        s3.put(bucket, "invoices/b.json", lines(3))
         assert len(tick(first.cursor).run_requests) == 1
