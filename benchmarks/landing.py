@@ -102,7 +102,7 @@ class S3Folder:
     be back-dated, so they settle at once."""
 
     def __init__(self, server, bucket: str):
-        server.client.create_bucket(Bucket=bucket)
+        server.create(bucket)
         self.server, self.bucket = server, bucket
         self.spec = spec_for(f"s3://{bucket}/landing", settle="0s")
         self.storage = server.warehouse().storage_options()
@@ -246,11 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     spark = local_session("incremental-assets-bench-landing")
     server = None
     if args.store == "s3":
-        from incremental_assets_tests.s3_server import S3Server
+        from incremental_assets_tests.object_stores import S3Server
 
-        if not S3Server.available():
+        if S3Server.missing():
             parser.error("--store s3 needs moto_server: install the dev extra")
-        server = S3Server(root / "moto.log")
+        server = S3Server(root)
 
     def folder(name: str):
         if server is None:

@@ -37,13 +37,13 @@ __all__ = [
     "Statement",
     "find_bin_dir",
     "free_port",
-    "skip_without_postgres",
+    "skip_or_fail_on_ci",
     "start_or_skip",
     "wait_until",
 ]
 
 
-def skip_without_postgres(problem: str) -> None:
+def skip_or_fail_on_ci(problem: str) -> None:
     """Skip the test with ``problem`` as the reason, or fail it when ``CI`` is set."""
     if os.environ.get("CI"):
         pytest.fail(f"{problem} (CI is set, so this fails instead of skipping)")
@@ -54,11 +54,11 @@ def start_or_skip(**kwargs: bool) -> PostgresServer:
     """A started throwaway server (with the JDBC driver jar present), or a skip (a failure
     on CI) that says what is missing."""
     if not Path(JDBC_JAR).exists():
-        skip_without_postgres(
+        skip_or_fail_on_ci(
             f"PostgreSQL's JDBC driver is not at {JDBC_JAR} (libpostgresql-jdbc-java)"
         )
     try:
         return PostgresServer.start(**kwargs)
     except PostgresUnavailable as exc:
-        skip_without_postgres(f"cannot start PostgreSQL: {exc}")
+        skip_or_fail_on_ci(f"cannot start PostgreSQL: {exc}")
         raise  # not reached: skip and fail raise

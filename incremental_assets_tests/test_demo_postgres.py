@@ -20,7 +20,7 @@ from incremental_assets.demo.shop_database import (
 )
 from incremental_assets.specs import load_project
 from incremental_assets.specs.models import ConnectionSpec
-from incremental_assets_tests.postgres import JDBC_JAR, skip_without_postgres
+from incremental_assets_tests.postgres import JDBC_JAR, skip_or_fail_on_ci
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -40,11 +40,11 @@ def test_postgres_demo_loads_orders_over_jdbc_and_ends_equal_to_a_full_reload(
     demo_root, capsys, spark
 ):
     if not Path(JDBC_JAR).exists():
-        skip_without_postgres(f"PostgreSQL's JDBC driver is not at {JDBC_JAR}")
+        skip_or_fail_on_ci(f"PostgreSQL's JDBC driver is not at {JDBC_JAR}")
     try:
         code = run.main(rounds=2, root=demo_root, postgres=True)
     except DemoDatabaseUnavailable as exc:
-        skip_without_postgres(f"the demo cannot start PostgreSQL: {exc}")
+        skip_or_fail_on_ci(f"the demo cannot start PostgreSQL: {exc}")
 
     out = capsys.readouterr().out
     assert code == 0, out

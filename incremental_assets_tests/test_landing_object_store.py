@@ -1,6 +1,7 @@
-"""Landing folders on an object store: the files sit in a bucket of an S3-compatible server
-(moto's, started here over HTTP), listed, copied and quarantined through delta-rs with the
-warehouse resource's storage options; bronze is a local Delta table."""
+"""Landing folders on object stores: the files sit in a bucket of moto's S3 server, or a
+container of Azurite (Azure's storage emulator), started here over HTTP; they are
+listed, copied and quarantined through delta-rs with the warehouse resource's storage
+options. Bronze is a local Delta table."""
 
 from __future__ import annotations
 
@@ -18,27 +19,31 @@ from incremental_assets.defs.build import build_definitions
 from incremental_assets.defs.landing import FILES_QUARANTINED, sensor_name
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.errors import SourceNotFoundError
-from incremental_assets.engine.landing import load_landing, newest_versions
+from incremental_assets.engine.landing import load_landing, newest_versions, quarantine_dir
+from incremental_assets.engine.landing_folder import LandedFile, LandingFolder
 from incremental_assets.specs import SpecError, load_project
-from incremental_assets_tests.s3_server import S3Server
+from incremental_assets_tests.object_stores import SERVERS
+from incremental_assets_tests.postgres import skip_or_fail_on_ci
 from incremental_assets_tests.test_landing import INVOICE_DDL, invoice, landing_spec
 
 LATER = datetime.now(timezone.utc) + timedelta(hours=1)  # every object has settled
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    if not S3Server.available():
-        pytest.skip("moto_server is missing: install the dev extra (pip install -e '.[dev]')")
-    server = S3Server(tmp_path_factory.mktemp("moto") / "requests.log")
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def store(request, tmp_path_factory):
+    server_class = SERVERS[request.param]
+    missing = server_class.missing()
+    if missing:
+        skip_or_fail_on_ci(missing)
+    server = server_class(tmp_path_factory.mktemp(request.param))
     yield server
     server.stop()
 
 
 @pytest.fixture
-def bucket(s3) -> str:
+def bucket(store) -> str:
     name = f"landing-{uuid.uuid4().hex[:12]}"
-    s3.client.create_bucket(Bucket=name)
+    store.create(name)
     return name
 
 
@@ -65,22 +70,22 @@ tables:
     return path
 
 
-def local_bronze(tmp_path: Path, s3: S3Server) -> DeltaTarget:
+def local_bronze(tmp_path: Path, store) -> DeltaTarget:
     # Bronze is local; the landing folder is reached with the same storage options.
-    options = s3.warehouse().storage_options()
+    options = store.warehouse().storage_options()
     return DeltaTarget("invoices_bronze", str(tmp_path / "invoices_bronze"), options)
 
 
-def test_s3_files_load_once_only_new_ones_are_read_and_a_bad_one_is_quarantined(
-    spark, tmp_path, s3, bucket
+def test_files_load_once_only_new_ones_are_downloaded_and_a_bad_one_is_quarantined(
+    spark, tmp_path, store, bucket, monkeypatch
 ):
-    folder = f"s3://{bucket}/invoices"
+    folder = store.folder(bucket, "invoices")
     spec = landing_spec(folder)
-    bronze = local_bronze(tmp_path, s3)
-    s3.put(bucket, "invoices/a.json", lines(1, 2))
-    s3.put(bucket, "invoices/2026/01/b.json", lines(3))
-    s3.put(bucket, "invoices/bad.json", lines(4) + "this is not json\n")
-    s3.put(bucket, "invoices/_partial/c.json", lines(9))  # '_' folders are never read
+    bronze = local_bronze(tmp_path, store)
+    store.put(bucket, "invoices/a.json", lines(1, 2))
+    store.put(bucket, "invoices/2026/01/b.json", lines(3))
+    store.put(bucket, "invoices/bad.json", lines(4) + "this is not json\n")
+    store.put(bucket, "invoices/_partial/c.json", lines(9))  # '_' folders are never read
 
     first = load_landing(spark, spec, bronze, now=LATER)
     assert [f.path for f in first.files_loaded] == [f"{folder}/2026/01/b.json", f"{folder}/a.json"]
@@ -92,61 +97,86 @@ def test_s3_files_load_once_only_new_ones_are_read_and_a_bad_one_is_quarantined(
         (f"{folder}/a.json", "INV2"),
     ]
     # The bad file moved to the quarantine inside the folder, with its reason beside it.
-    assert "invoices/bad.json" not in s3.keys(bucket)
+    assert "invoices/bad.json" not in store.keys(bucket)
     assert {"invoices/_quarantine/bad.json", "invoices/_quarantine/bad.json.reason.txt"} <= set(
-        s3.keys(bucket)
+        store.keys(bucket)
     )
-    reason = s3.client.get_object(Bucket=bucket, Key="invoices/_quarantine/bad.json.reason.txt")
-    assert "do not match source.schema" in reason["Body"].read().decode()
+    reason = store.get(bucket, "invoices/_quarantine/bad.json.reason.txt")
+    assert "do not match source.schema" in reason
 
     # Nothing new: nothing read, nothing committed.
-    reads = s3.object_reads(bucket, "invoices/a.json")
+    reads = store.object_reads(bucket, "invoices/a.json")
     assert reads == 1
     version = DeltaTable(bronze.path).version()
     again = load_landing(spark, spec, bronze, now=LATER)
     assert again.files_loaded == [] and again.files_already_loaded == 2 and again.commit is None
     assert DeltaTable(bronze.path).version() == version
 
-    # A new file is read alone; the loaded ones are not downloaded again.
-    s3.put(bucket, "invoices/d.json", lines(5))
-    third = load_landing(spark, spec, bronze, now=LATER)
-    assert [f.path for f in third.files_loaded] == [f"{folder}/d.json"]
-    assert s3.object_reads(bucket, "invoices/a.json") == reads
-    assert s3.object_reads(bucket, "invoices/d.json") == 1
+    # A new file is read alone; the loaded ones are not downloaded again. A zero-byte
+    # "folder" object is not a file, and a name with glob characters is read as named
+    # (here with a relative staging folder).
+    store.put(bucket, "invoices/d[1].json", lines(5))
+    store.put(bucket, "invoices/2026/", "")
+    monkeypatch.chdir(tmp_path)
+    third = load_landing(spark, spec, bronze, now=LATER, staging_dir=".")
+    assert [f.path for f in third.files_loaded] == [f"{folder}/d[1].json"]
+    assert third.commit.rows_inserted == 1 and third.files_seen == 3
+    assert store.object_reads(bucket, "invoices/a.json") == reads
+    assert store.object_reads(bucket, "invoices/d[1].json") == 1
 
     # A file rewritten in place is a new version, and silver's view keeps only its rows.
     time.sleep(1.1)  # object times have one-second resolution
-    s3.put(bucket, "invoices/a.json", lines(1, 6))
+    store.put(bucket, "invoices/a.json", lines(1, 6))
     fourth = load_landing(spark, spec, bronze, now=LATER + timedelta(minutes=5))
     assert [f.path for f in fourth.files_loaded] == [f"{folder}/a.json"]
     newest = newest_versions(spark.read.parquet(*DeltaTable(bronze.path).file_uris()))
     assert sorted(r["InvoiceNumber"] for r in newest.collect()) == ["INV1", "INV3", "INV5", "INV6"]
 
 
-def test_an_unlistable_bucket_fails_with_what_to_check_and_commits_nothing(spark, tmp_path, s3):
-    spec = landing_spec("s3://no-such-bucket-here/invoices")
-    bronze = local_bronze(tmp_path, s3)
+def test_a_listing_in_milliseconds_is_not_taken_for_a_change_by_the_whole_second_head(
+    tmp_path, store, bucket
+):
+    # GCS and MinIO list modification times in milliseconds, a HEAD gives whole seconds.
+    store.put(bucket, "invoices/a.json", lines(1))
+    folder = LandingFolder(store.folder(bucket, "invoices"), store.warehouse().storage_options())
+    [(path, size, mtime_ns)] = folder.entries(skip=f"{folder.root}/_quarantine")
+    listed = LandedFile(path, size, mtime_ns + 678_000_000)
+    local, changed = folder.local_copies([listed], str(tmp_path / "copies"))
+    assert changed == [] and Path(local[path]).read_text() == lines(1)
+    # A different size is a change: the object is left for the next run.
+    local, changed = folder.local_copies([LandedFile(path, size + 1, mtime_ns)], str(tmp_path))
+    assert changed == [LandedFile(path, size + 1, mtime_ns)] and local == {}
+
+
+def test_an_unlistable_bucket_fails_with_what_to_check_and_commits_nothing(spark, tmp_path, store):
+    folder = store.folder("no-such-bucket-here", "invoices")
+    spec = landing_spec(folder)
+    bronze = local_bronze(tmp_path, store)
     with pytest.raises(SourceNotFoundError) as failure:
         load_landing(spark, spec, bronze, now=LATER)
     message = str(failure.value)
-    assert "s3://no-such-bucket-here/invoices could not be listed" in message
-    assert "NoSuchBucket" in message or "404" in message
+    assert f"{folder} could not be listed" in message
+    assert "404" in message  # the server's answer: no such bucket or container
     assert "storage settings" in message
     assert not bronze.exists()
 
 
 def test_a_quarantine_outside_an_object_store_folder_is_refused_when_the_spec_loads(tmp_path):
-    tables = write_tables(tmp_path, "s3://landing/invoices", "{quarantine: /tmp/quarantine}")
-    with pytest.raises(SpecError, match="the quarantine is a folder inside it"):
-        load_project(tables)
+    for outside in ("/tmp/quarantine", "s3://other/q", "../q", "."):
+        tables = write_tables(tmp_path, "s3://landing/invoices", f"{{quarantine: '{outside}'}}")
+        with pytest.raises(SpecError, match="the quarantine is a folder inside it"):
+            load_project(tables)
+    tables = write_tables(tmp_path, "s3://landing/invoices", "{quarantine: ./bad//files/}")
+    spec = load_project(tables).tables[0]
+    assert quarantine_dir(spec.source.path, spec.landing) == "s3://landing/invoices/bad/files"
 
 
-def test_the_sensor_and_a_bronze_run_work_on_an_s3_folder(spark, tmp_path, s3, bucket):
-    project = load_project(write_tables(tmp_path, f"s3://{bucket}/invoices", "{settle: 0s}"))
-    defs = build_definitions(project, resources={"warehouse": s3.warehouse()})
+def test_the_sensor_and_a_bronze_run_work_on_an_object_store_folder(spark, tmp_path, store, bucket):
+    project = load_project(write_tables(tmp_path, store.folder(bucket, "invoices"), "{settle: 0s}"))
+    defs = build_definitions(project, resources={"warehouse": store.warehouse()})
     sensor = next(s for s in defs.sensors if s.name == sensor_name(project.tables[0]))
-    s3.put(bucket, "invoices/a.json", lines(1, 2))
-    s3.put(bucket, "invoices/bad.json", "not json at all\n")
+    store.put(bucket, "invoices/a.json", lines(1, 2))
+    store.put(bucket, "invoices/bad.json", "not json at all\n")
 
     with dg.instance_for_test() as instance:
 
@@ -181,5 +211,5 @@ def test_the_sensor_and_a_bronze_run_work_on_an_s3_folder(spark, tmp_path, s3, b
         # Loaded and quarantined files are known: the sensor asks for nothing more.
         skipped = tick(first.cursor)
         assert skipped.run_requests == [] and "no new files" in skipped.skip_message
-        s3.put(bucket, "invoices/b.json", lines(3))
+        store.put(bucket, "invoices/b.json", lines(3))
         assert len(tick(first.cursor).run_requests) == 1

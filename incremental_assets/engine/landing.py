@@ -31,6 +31,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import posixpath
 import shutil
 import tempfile
 import time
@@ -105,7 +106,7 @@ def quarantine_dir(source_path: str, landing: LandingSpec) -> str:
     if landing.quarantine is None:
         return f"{source_path.rstrip('/')}/_quarantine"
     if is_uri(source_path):  # a relative folder inside it (checked by the spec)
-        return f"{source_path.rstrip('/')}/{landing.quarantine.strip('/')}"
+        return f"{source_path.rstrip('/')}/{posixpath.normpath(landing.quarantine)}"
     return os.path.join(source_path, landing.quarantine)  # absolute paths win in join
 
 
@@ -286,7 +287,8 @@ def load_landing(
     if not pending:
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
 
-    stage_root = tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir)
+    # Absolute: Spark reports the paths it read as absolute URIs, matched against these.
+    stage_root = os.path.abspath(tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir))
     try:
         # Object-store files are copied out (only these); local ones are read in place.
         local, moved = folder.local_copies(pending, f"{stage_root}/files")

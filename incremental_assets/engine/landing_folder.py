@@ -31,6 +31,8 @@ from deltalake.fs import DeltaStorageHandler
 from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES
 
 _COPY_THREADS = 8
+_CHUNK = 8 << 20
+_GLOB = re.compile(r"[\[\]{}*?\\]")
 
 
 def is_uri(path: str) -> bool:
@@ -96,9 +98,17 @@ class LandingFolder:
             infos = self._fs.get_file_info(pafs.FileSelector("", recursive=True))
         except OSError as exc:
             raise LandingListError(_first_line(exc)) from exc
+        files = [i for i in infos if i.type == pafs.FileType.File and i.path]
+        # A zero-byte "folder" object (a console's "create folder": key 'x/') lists as a
+        # file 'x' beside the files under it: it is a folder, not a file to load.
+        parents = {
+            "/".join(parts[:n])
+            for parts in (i.path.split("/") for i in files)
+            for n in range(1, len(parts))
+        }
         found = []
-        for info in infos:
-            if info.type != pafs.FileType.File:
+        for info in files:
+            if info.path in parents and not info.size:
                 continue
             parts = info.path.split("/")
             if any(p.startswith((".", "_")) for p in parts):
@@ -117,20 +127,25 @@ class LandingFolder:
             return {f.path: f.path for f in files}, []
         assert self._fs is not None
         fs = self._fs
-        local = {f.path: os.path.join(into, self._relative(f.path)) for f in files}
+        # One folder per file keeps names apart; glob characters, which Spark would
+        # expand, are replaced (the extension, which names a compression, is kept).
+        into = os.path.abspath(into)
+        local = {
+            f.path: os.path.join(into, str(n), _GLOB.sub("_", f.path.rsplit("/", 1)[-1]))
+            for n, f in enumerate(files)
+        }
 
         def copy(file: LandedFile) -> bool:
             target = local[file.path]
             os.makedirs(os.path.dirname(target), exist_ok=True)
             try:
-                pafs.copy_files(
-                    self._relative(file.path),
-                    target,
-                    source_filesystem=fs,
-                    destination_filesystem=pafs.LocalFileSystem(),
-                )
-            except (FileNotFoundError, OSError):
-                return False
+                with (
+                    fs.open_input_stream(self._relative(file.path)) as source,
+                    open(target, "wb") as copied,
+                ):
+                    shutil.copyfileobj(source, copied, _CHUNK)
+            except FileNotFoundError:
+                return False  # deleted since it was listed (other errors fail the run)
             # The copy keeps the object's time, so a later read compares like with like.
             os.utime(target, ns=(file.mtime_ns, file.mtime_ns))
             return True
@@ -138,13 +153,15 @@ class LandingFolder:
         with ThreadPoolExecutor(_COPY_THREADS) as pool:
             copied = dict(zip(files, pool.map(copy, files), strict=True))
         # An object rewritten between the listing and the copy is read by the next run.
+        # A HEAD gives whole seconds where some stores list milliseconds (GCS, MinIO).
         infos = fs.get_file_info([self._relative(f.path) for f in files])
         changed = [
             f
             for f, info in zip(files, infos, strict=True)
             if not copied[f]
             or info.type != pafs.FileType.File
-            or (info.size, info.mtime_ns or 0) != (f.size, f.mtime_ns)
+            or info.size != f.size
+            or (info.mtime_ns or 0) // 10**9 != f.mtime_ns // 10**9
             or os.path.getsize(local[f.path]) != f.size
         ]
         gone = {f.path for f in changed}

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import posixpath
 import re
 from datetime import date, datetime, timedelta, timezone
 from typing import Annotated, Literal
@@ -225,9 +226,10 @@ class SourceSpec(_Spec):
                     "malformed row is detected instead of inferred"
                 )
             quarantine = self.landing.quarantine or "_quarantine"
+            inside = posixpath.normpath(quarantine)
             outside = quarantine.startswith(("/", *OBJECT_STORE_SCHEMES))
             if str(self.path).startswith(OBJECT_STORE_SCHEMES) and (
-                outside or ".." in quarantine.split("/")
+                outside or inside == "." or inside.startswith("..")
             ):
                 raise ValueError(
                     f"landing.quarantine: {quarantine!r}: for a landing folder on an object "
