@@ -138,7 +138,7 @@ def refuse_unless_windows(spec: TableSpec) -> None:
         fix = "materialize the latest partition, which diffs the whole source"
     elif spec.history:
         why = "a history (scd2) table holds versions of keys, not one row per source row"
-        fix = "check it with the history_consistent asset check, or compare with a full reload"
+        fix = "check it with its history_consistent and keys_unique asset checks"
     else:
         return
     raise IncrementalLoadError(spec.name, f"cannot reconcile by partition: {why}.", fix)
