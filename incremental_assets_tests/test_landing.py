@@ -132,9 +132,12 @@ def test_each_new_file_loads_once_and_a_rerun_adds_nothing(spark, folder, bronze
     assert again.commit is None
     assert bronze_rows(bronze) == rows
 
-    drop(folder, "c.json", [invoice(4)])
+    # Spark's glob characters in a name are read as written.
+    drop(folder, "c[1] {x}*.json", [invoice(4)])
     third = load_landing(spark, spec, bronze, now=NOW)
-    assert [Path(f.path).name for f in third.files_loaded] == ["c.json"]
+    assert [Path(f.path).name for f in third.files_loaded] == ["c[1] {x}*.json"]
+    assert third.commit.rows_inserted == 1
+    assert bronze_rows(bronze)[-1][0] == str(folder / "c[1] {x}*.json")
     assert len(bronze_rows(bronze)) == 4
 
 

@@ -58,6 +58,7 @@ from incremental_assets.engine.landing_folder import (
     LandingFolder,
     LandingListError,
     is_uri,
+    spark_path,
 )
 from incremental_assets.engine.landing_schema import csv_header, read_schema
 from incremental_assets.engine.load import LoadResult
@@ -402,7 +403,7 @@ def _read(
     for header, paths in groups.items():
         fields = schema.fields if header is None else [schema[n] for n in header]
         extra = [corrupt] if source.format in ("json", "csv") else []
-        df = reader.schema(StructType([*fields, *extra])).load(paths)
+        df = reader.schema(StructType([*fields, *extra])).load([spark_path(p) for p in paths])
         if CORRUPT not in df.columns:
             df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
         frames.append(

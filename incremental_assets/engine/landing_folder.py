@@ -32,11 +32,17 @@ from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES
 
 _COPY_THREADS = 8
 _CHUNK = 8 << 20
-_GLOB = re.compile(r"[\[\]{}*?\\]")
+_GLOB = re.compile(r"([\[\]{}*?\\])")
 
 
 def is_uri(path: str) -> bool:
     return path.startswith(OBJECT_STORE_SCHEMES)
+
+
+def spark_path(path: str) -> str:
+    """``path`` for Spark's readers, which expand glob characters: a file named
+    ``a[1].json`` or ``b{x}.json`` is read as named."""
+    return _GLOB.sub(r"\\\1", path)
 
 
 @dataclass(frozen=True, order=True)
@@ -127,11 +133,11 @@ class LandingFolder:
             return {f.path: f.path for f in files}, []
         assert self._fs is not None
         fs = self._fs
-        # One folder per file keeps names apart; glob characters, which Spark would
-        # expand, are replaced (the extension, which names a compression, is kept).
+        # One folder per file keeps names apart, and keeps the name (its extension names
+        # a compression).
         into = os.path.abspath(into)
         local = {
-            f.path: os.path.join(into, str(n), _GLOB.sub("_", f.path.rsplit("/", 1)[-1]))
+            f.path: os.path.join(into, str(n), f.path.rsplit("/", 1)[-1])
             for n, f in enumerate(files)
         }
 

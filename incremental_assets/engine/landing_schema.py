@@ -48,6 +48,7 @@ from pyspark.sql.types import (
 )
 
 from incremental_assets.engine.errors import SchemaMismatchError
+from incremental_assets.engine.landing_folder import spark_path
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.landing import FILE_KEYS, INGESTED_AT
 
@@ -223,7 +224,7 @@ def _infer_json(spark: SparkSession, spec: TableSpec, paths: Iterable[str]) -> S
     return (
         spark.read.options(**options)
         .options(mode="PERMISSIVE", dropFieldIfAllNull="true", samplingRatio="1.0")
-        .json(list(paths))
+        .json([spark_path(p) for p in paths])
         .schema
     )
 
