@@ -559,8 +559,9 @@ def _spark(project, app_name: str):
 def _target(project, spec):
     from incremental_assets.engine.delta_store import DeltaTarget
 
-    # Object stores: delta-rs reads credentials from the environment (AWS_*, AZURE_*, ...).
-    return DeltaTarget(spec.name, project.target_path(spec))
+    # Object stores: warehouse.storage_options, and credentials from the environment
+    # (AWS_*, AZURE_*, ...), as the Dagster resource gets them by default.
+    return DeltaTarget(spec.name, project.target_path(spec), project.warehouse.storage_options)
 
 
 def _text(value: object) -> str:

@@ -97,6 +97,12 @@ class S3Server(_Server):
         )
         return DeltaWarehouse(storage=storage, options={"allow_http": "true"})
 
+    def settings(self) -> tuple[dict[str, str], dict[str, str]]:
+        """What a user writes under ``warehouse.storage_options``, and the secrets they set
+        in the environment instead."""
+        options = {"endpoint": self.endpoint, "region": "us-east-1", "allow_http": "true"}
+        return options, {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+
     def create(self, bucket: str) -> None:
         self.client.create_bucket(Bucket=bucket)
 
@@ -158,6 +164,14 @@ class AzuriteServer(_Server):
             "allow_http": "true",
         }
         return DeltaWarehouse(storage=storage, options=options)
+
+    def settings(self) -> tuple[dict[str, str], dict[str, str]]:
+        options = {
+            "account_name": AZURITE_ACCOUNT,
+            "azure_storage_endpoint": f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}",
+            "allow_http": "true",
+        }
+        return options, {"AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY}
 
     def create(self, bucket: str) -> None:
         self.client.create_container(bucket)

@@ -15,6 +15,7 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
+from incremental_assets import cli
 from incremental_assets.defs.build import build_definitions
 from incremental_assets.defs.landing import FILES_QUARANTINED, sensor_name
 from incremental_assets.engine.delta_store import DeltaTarget
@@ -51,11 +52,11 @@ def lines(*numbers: int) -> str:
     return "".join(json.dumps(invoice(n)) + "\n" for n in numbers)
 
 
-def write_tables(root: Path, folder: str, landing: str) -> Path:
+def write_tables(root: Path, folder: str, landing: str, options: dict | None = None) -> Path:
     path = root / "tables.yaml"
     path.write_text(
         f"""
-warehouse: {{root: ./warehouse}}
+warehouse: {{root: ./warehouse, storage_options: {json.dumps(options or {})}}}
 tables:
   - name: invoices_bronze
     source:
@@ -161,7 +162,10 @@ def test_an_unlistable_bucket_fails_with_what_to_check_and_commits_nothing(spark
     assert not bronze.exists()
 
 
-def test_a_quarantine_outside_an_object_store_folder_is_refused_when_the_spec_loads(tmp_path):
+def test_a_secret_or_a_quarantine_outside_the_folder_is_refused_when_the_spec_loads(tmp_path):
+    secret = write_tables(tmp_path, "s3://l/i", "{}", {"aws_secret_access_key": "x"})
+    with pytest.raises(SpecError, match="secrets are never written in tables"):
+        load_project(secret)
     for outside in ("/tmp/quarantine", "s3://other/q", "../q", "."):
         tables = write_tables(tmp_path, "s3://landing/invoices", f"{{quarantine: '{outside}'}}")
         with pytest.raises(SpecError, match="the quarantine is a folder inside it"):
@@ -171,12 +175,25 @@ def test_a_quarantine_outside_an_object_store_folder_is_refused_when_the_spec_lo
     assert quarantine_dir(spec.source.path, spec.landing) == "s3://landing/invoices/bad/files"
 
 
-def test_the_sensor_and_a_bronze_run_work_on_an_object_store_folder(spark, tmp_path, store, bucket):
-    project = load_project(write_tables(tmp_path, store.folder(bucket, "invoices"), "{settle: 0s}"))
-    defs = build_definitions(project, resources={"warehouse": store.warehouse()})
+def test_the_sensor_a_bronze_run_and_explain_work_on_an_object_store_folder(
+    spark, tmp_path, store, bucket, monkeypatch, capsys
+):
+    # Configured as a user would: storage options in tables.yaml, secrets in the
+    # environment; the Dagster resource and the CLI both take them from there.
+    options, secrets = store.settings()
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    folder = store.folder(bucket, "invoices")
+    tables = write_tables(tmp_path, folder, "{settle: 0s}", options)
+    project = load_project(tables)
+    defs = build_definitions(project)
     sensor = next(s for s in defs.sensors if s.name == sensor_name(project.tables[0]))
     store.put(bucket, "invoices/a.json", lines(1, 2))
     store.put(bucket, "invoices/bad.json", "not json at all\n")
+
+    assert cli.main(["explain", "invoices_bronze", "--tables", str(tables), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [f["path"] for f in plan["pending"]] == [f"{folder}/a.json", f"{folder}/bad.json"]
 
     with dg.instance_for_test() as instance:
 

@@ -44,7 +44,7 @@ def build_definitions(
         sensors=sensors,
         resources={
             "spark": spark_resource(project.spark),
-            "warehouse": DeltaWarehouse(),
+            "warehouse": DeltaWarehouse(options=dict(project.warehouse.storage_options)),
             **connection_resources(project),
             **(resources or {}),
         },

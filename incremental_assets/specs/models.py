@@ -608,8 +608,30 @@ def _takes_snapshots(strategy: object) -> bool:
     return False
 
 
+_SECRET_OPTIONS = ("secret", "key", "token", "password", "sas")
+
+
 class WarehouseSpec(_Spec):
     root: str = Field(description="Folder or URI under which targets live by default.")
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="delta-rs storage options for targets, Delta sources and landing "
+        "folders on object stores, e.g. {region: eu-west-1} or, for MinIO, {endpoint: "
+        "'http://minio:9000', allow_http: 'true'}. No secrets: delta-rs reads those from "
+        "the environment (AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY, ...).",
+    )
+
+    @field_validator("storage_options")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = [k for k in value if any(word in k.lower() for word in _SECRET_OPTIONS)]
+        if secret:
+            raise ValueError(
+                f"{', '.join(secret)}: secrets are never written in tables.yaml; remove "
+                "them and set delta-rs's environment variable instead (e.g. "
+                "AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY)"
+            )
+        return value
 
 
 class SparkSpec(_Spec):
