@@ -40,7 +40,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from incremental_assets.demo.simulator import INVOICE_DDL, random_invoice
+from incremental_assets.demo.simulator import random_invoice
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.invoices import (
     comparable_gold,
@@ -50,6 +50,7 @@ from incremental_assets.engine.invoices import (
 from incremental_assets.engine.landing import load_landing, pending_files
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import TableSpec
+from incremental_assets_tests.test_landing import landing_spec
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 STORES = ("STR7188", "STR1534", "STR2629", "STR4011")
@@ -57,19 +58,7 @@ SETTLED = (START - timedelta(days=1)).timestamp()
 
 
 def spec_for(folder: Path | str, settle: str = "30s") -> TableSpec:
-    return TableSpec.model_validate(
-        {
-            "name": "invoices_bronze",
-            "source": {
-                "format": "json",
-                "path": str(folder),
-                "schema": INVOICE_DDL,
-                "landing": {"settle": settle},
-            },
-            "strategy": "append",
-            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
-        }
-    )
+    return landing_spec(folder, settle=settle)  # the tests' invoice landing table
 
 
 def invoice(rng: random.Random, number: int, day: int) -> dict:

@@ -21,10 +21,10 @@ from pyspark.sql.types import TimestampType
 
 from incremental_assets.engine import delta_io, predicates
 from incremental_assets.engine.delta_store import DeltaTarget
-from incremental_assets.engine.errors import IncrementalLoadError, SourceNotFoundError
+from incremental_assets.engine.errors import IncrementalLoadError
 from incremental_assets.engine.jdbc import JdbcSource, sql_condition
-from incremental_assets.engine.landing import LIST_FIX, pending_files
-from incremental_assets.engine.landing_folder import LandedFile, LandingListError
+from incremental_assets.engine.landing import pending_files
+from incremental_assets.engine.landing_folder import LandedFile
 from incremental_assets.engine.load import Probe, probe, window_rows
 from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.transforms import quote
@@ -238,22 +238,14 @@ def explain_landing(spec: TableSpec, target: DeltaTarget, now: datetime | None =
     """Plan the next run of a landing table without reading a file or writing anything.
 
     Raises:
-        SourceNotFoundError: the folder cannot be listed (see ``load_landing``).
+        SourceNotFoundError: the folder cannot be listed (see ``pending_files``).
     """
     landing = spec.landing
     assert landing is not None, f"{spec.name} is not a landing table"
-    folder = str(spec.source.path)
-    try:
-        pending, listing = pending_files(spec, target, now, record=False)
-    except LandingListError as exc:
-        raise SourceNotFoundError(
-            spec.name,
-            f"landing folder {folder} could not be listed: {exc}.",
-            LIST_FIX,
-        ) from exc
+    pending, listing = pending_files(spec, target, now, record=False)
     return LandingPlan(
         table=spec.name,
-        folder=folder,
+        folder=str(spec.source.path),
         settle=format_duration(landing.settle),
         marker=landing.marker,
         ready=len(listing.ready),

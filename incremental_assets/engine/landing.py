@@ -76,10 +76,6 @@ from incremental_assets.specs.landing import (
 )
 
 CORRUPT = "_ia_corrupt_record"
-LIST_FIX = (
-    "check the bucket or container in source.path and the warehouse resource's storage "
-    "settings (credentials, region, endpoint)"
-)
 
 
 @dataclass(frozen=True)
@@ -244,9 +240,21 @@ def pending_files(
     spec: TableSpec, target: DeltaTarget, now: datetime | None = None, record: bool = True
 ):
     """Ready files not yet loaded or quarantined, and the listing they came from
-    (``record``: see ``loaded_files``; False writes nothing)."""
-    landing = _landing(spec)
-    listing = list_files(str(spec.source.path), landing, now, target.storage_options)
+    (``record``: see ``loaded_files``; False writes nothing).
+
+    Raises:
+        SourceNotFoundError: an object-store folder could not be listed.
+    """
+    landing, folder = _landing(spec), str(spec.source.path)
+    try:
+        listing = list_files(folder, landing, now, target.storage_options)
+    except LandingListError as exc:
+        raise SourceNotFoundError(
+            spec.name,
+            f"landing folder {folder} could not be listed: {exc}.",
+            "check the bucket or container in source.path and the warehouse's storage "
+            "settings (credentials, region, endpoint)",
+        ) from exc
     known = loaded_files(target, record)
     return [f for f in listing.ready if f.identity not in known], listing
 
@@ -276,14 +284,7 @@ def load_landing(
         )
     landing = _landing(spec)
     started = now or datetime.now(timezone.utc)
-    try:
-        pending, listing = pending_files(spec, target, started)
-    except LandingListError as exc:
-        raise SourceNotFoundError(
-            spec.name,
-            f"landing folder {source_path} could not be listed: {exc}.",
-            LIST_FIX,
-        ) from exc
+    pending, listing = pending_files(spec, target, started)
     already = len(listing.ready) - len(pending)
     if not pending:
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))

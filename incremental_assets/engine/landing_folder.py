@@ -10,7 +10,7 @@ modification time, so the loader's "changed while read" check holds for both kin
 
 Example:
     >>> folder = LandingFolder("s3://landing/invoices", {"region": "eu-west-1"})
-    >>> folder.entries(skip="_quarantine")  # doctest: +SKIP
+    >>> folder.entries(skip="s3://landing/invoices/_quarantine")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class LandingFolder:
 
     def entries(self, skip: str) -> list[tuple[str, int, int]]:
         """Every file as (path, size, modification time in ns), outside ``skip`` (the
-        quarantine folder).
+        quarantine folder, a path or URI like the root's).
 
         Raises:
             LandingListError: an object-store folder could not be listed.
@@ -99,7 +99,7 @@ class LandingFolder:
         if not self.remote:
             return list(_walk(self.root, os.path.abspath(skip)))
         assert self._fs is not None
-        prefix = self._relative(skip) if is_uri(skip) else None
+        prefix = skip[len(self.root) + 1 :] if skip.startswith(f"{self.root}/") else None
         try:
             infos = self._fs.get_file_info(pafs.FileSelector("", recursive=True))
         except OSError as exc:
