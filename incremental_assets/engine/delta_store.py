@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.changes import OP
-from incremental_assets.engine.errors import ConcurrentLoadError
+from incremental_assets.engine.errors import ConcurrentLoadError, TargetOwnedError
 from incremental_assets.engine.strategies import MergePlan, matching
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import (
@@ -110,14 +110,31 @@ class DeltaTarget:
         if kind == "hybrid" and cursor is not None:
             tiebreak = table.transaction_version(tiebreak_app_id(self.table_name))
             cursor = (cursor, tiebreak if tiebreak is not None else ID_MIN)
+        last_load = self.last_load(table)
+        self._check_owner(last_load)
         return TargetState(
             exists=True,
             version=table.version(),
             cursor=cursor,
             schema=delta_io.spark_schema(table),
-            last_load=self.last_load(table),
+            last_load=last_load,
             table=table,
         )
+
+    def _check_owner(self, last_load: Mapping[str, Any]) -> None:
+        """A target holds one table's loads: one whose last load was another table's (two
+        specs pointed at one location, or a table renamed) is refused, since its cursor
+        and rows are that table's."""
+        owner = last_load.get("table")
+        if owner is not None and owner != self.table_name:
+            raise TargetOwnedError(
+                self.table_name,
+                f"the Delta table at {self.path} holds the loads of table '{owner}' (last at "
+                f"version {last_load.get('version')}); loading into it would mix the two "
+                "tables' rows and cursors. Nothing was written.",
+                f"give table '{self.table_name}' its own target.path, or, if it was renamed "
+                f"from '{owner}', keep the name '{owner}'",
+            )
 
     def loads(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """This loader's commits, newest first, with their metadata and Delta metrics."""

@@ -38,3 +38,16 @@ class NullValuesError(IncrementalLoadError):
 
 class ConcurrentLoadError(IncrementalLoadError):
     """Another writer committed to the target while this run was working."""
+
+
+class TargetOwnedError(IncrementalLoadError):
+    """The target's Delta log holds another table's loads."""
+
+
+class DeleteGuardError(IncrementalLoadError):
+    """A run would delete more of the target than its strategy allows (a vanished source).
+    ``report`` holds the numbers (engine.guards.GuardReport)."""
+
+    def __init__(self, table: str, message: str, fix: str, report: object):
+        self.report = report
+        super().__init__(table, message, fix)

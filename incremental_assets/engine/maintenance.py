@@ -27,6 +27,7 @@ from deltalake.fs import DeltaStorageHandler
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.errors import IncrementalLoadError
+from incremental_assets.specs.locations import SIDE_TABLES
 
 MAINTENANCE_KEY = "incremental_assets.maintenance"
 
@@ -98,10 +99,6 @@ class MaintenanceResult:
             )
         }
 
-
-# Sibling Delta tables ``<target>__<suffix>`` the loader keeps beside a target: CDC
-# tombstones, an SCD2 change log, quarantined rows, the index of landed files.
-SIDE_TABLES = ("tombstones", "changes", "quarantine", "files")
 
 
 def side_tables(target: DeltaTarget) -> list[DeltaTarget]:

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES
+from incremental_assets.specs.locations import overlaps
 from incremental_assets.specs.models import (
     ConnectionSpec,
     ProjectSpec,
@@ -143,6 +144,10 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
         seen.add(spec.name)
         spec = _with_connection(spec, connections, declared, table_raw, problems)
         tables.append(_resolve_paths(spec, base_dir))
+
+    if warehouse is not None:
+        root = warehouse.root.rstrip("/")
+        problems.extend(overlaps((t.name, t.target.path or f"{root}/{t.name}") for t in tables))
 
     if problems:
         raise SpecError(source, problems)
