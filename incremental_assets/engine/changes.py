@@ -120,4 +120,6 @@ def not_older_than_tombstones(
         | (wm > F.col(deleted_at))
         | ((wm == F.col(deleted_at)) & (F.col(OP) == "D"))
     )
-    return joined.filter(alive).drop(deleted_at).select(*increment.columns)
+    return (
+        joined.filter(alive).drop(deleted_at).select(*[F.col(quote(c)) for c in increment.columns])
+    )

@@ -175,7 +175,9 @@ def _difference(
         .withColumn(OP, F.lit("D"))
         .withColumn(CHANGE, F.lit("remove"))
     )
-    return written.unionByName(removed, allowMissingColumns=True).select(*written.columns)
+    return written.unionByName(removed, allowMissingColumns=True).select(
+        *[F.col(quote(c)) for c in written.columns]
+    )
 
 
 def _kind_of_write(columns: HistoryColumns) -> Column:

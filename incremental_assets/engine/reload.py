@@ -66,5 +66,5 @@ def differences(spark: SparkSession, spec: TableSpec, target: DeltaTarget) -> tu
     """Rows only in the target, and rows only in the full reload (both 0 when equal)."""
     expected = business_columns(full_reload_frame(spark, spec))
     actual = business_columns(comparable_target(spec, target.to_spark(spark)))
-    actual = actual.select(*expected.columns)
+    actual = actual.select(*[F.col(transforms.quote(c)) for c in expected.columns])
     return actual.exceptAll(expected).count(), expected.exceptAll(actual).count()

@@ -66,7 +66,9 @@ class MergePlan:
         return ()
 
     def apply(self, merger: TableMerger, columns: Sequence[str]) -> TableMerger:
-        every = {c: f"s.{quote(c)}" for c in columns}
+        # Every column by name, quoted for delta-rs's SQL (double quotes): its *_all clauses
+        # cannot take a column whose name holds a backtick, nor may a name be a bare key.
+        every = {_named(c): f"s.{_named(c)}" for c in columns}
         if self.strategy == "scd2":
             return (
                 merger.when_matched_delete(predicate=f"s.{OP} = 'D'")
@@ -74,11 +76,11 @@ class MergePlan:
                 .when_not_matched_insert(updates=every, predicate=f"s.{OP} = 'U'")
             )
         if self.strategy == "append":
-            return merger.when_not_matched_insert_all()
+            return merger.when_not_matched_insert(updates=every)
         if self.strategy == "upsert":
-            return merger.when_matched_update_all(
-                predicate=self.newer
-            ).when_not_matched_insert_all()
+            return merger.when_matched_update(
+                updates=every, predicate=self.newer
+            ).when_not_matched_insert(updates=every)
         is_delete, is_upsert = f"s.{OP} = 'D'", f"s.{OP} = 'U'"
         if self.deletes == "hard":
             return (
@@ -92,6 +94,10 @@ class MergePlan:
         return merger.when_matched_update(
             updates=every, predicate=self.newer
         ).when_not_matched_insert(updates=every)
+
+
+def _named(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
 
 
 def matching(columns: Sequence[str]) -> str:

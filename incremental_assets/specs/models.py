@@ -41,6 +41,8 @@ from incremental_assets.specs.landing import (
     OBJECT_STORE_SCHEMES,
     LandingSpec,
 )
+from incremental_assets.specs.locations import reserved_suffix
+from incremental_assets.specs.names import ColumnName
 from incremental_assets.specs.strategies import (
     CdcStrategy,
     Scd2Strategy,
@@ -130,7 +132,7 @@ class SliceSpec(_Spec):
     """Parallel reads of a JDBC window: ``count`` range slices of an integer, date or
     timestamp column, bounded by the column's MIN/MAX inside the window."""
 
-    column: str
+    column: ColumnName
     count: int = Field(ge=1, le=256, description="Number of slices (parallel connections).")
 
 
@@ -261,13 +263,13 @@ class SourceSpec(_Spec):
 class WatermarkSpec(_Spec):
     """The column that orders changes, and how far back a run looks for late rows."""
 
-    column: str
+    column: ColumnName
     kind: Literal["timestamp", "id", "sequence", "hybrid"] = Field(
         description="'timestamp' for a change time column, 'id' for a monotonic integer id, "
         "'sequence' for an insert-only log's integer id whose gaps are reported, 'hybrid' "
         "for a timestamp with a tie-breaking integer id (many rows sharing one time)."
     )
-    tiebreak: str | None = Field(
+    tiebreak: ColumnName | None = Field(
         default=None,
         description="hybrid: the integer column that orders rows sharing one timestamp.",
     )
@@ -333,7 +335,7 @@ class PartitioningSpec(_Spec):
 
     granularity: Literal["daily", "hourly"]
     start: datetime = Field(description="First partition start (UTC), e.g. 2026-01-01.")
-    column: str | None = Field(
+    column: ColumnName | None = Field(
         default=None,
         description="Event-time column the partitions cut; defaults to the watermark column "
         "(required for 'id' watermarks).",
@@ -366,7 +368,9 @@ class TargetSpec(_Spec):
     path: str | None = Field(
         default=None, description="Delta table location; defaults to <warehouse.root>/<name>."
     )
-    partition_by: list[str] = Field(default_factory=list, description="Delta partition columns.")
+    partition_by: list[ColumnName] = Field(
+        default_factory=list, description="Delta partition columns."
+    )
 
 
 class RuleSpec(_Spec):
@@ -416,7 +420,7 @@ class TableSpec(_Spec):
     description: str | None = None
     group: str = "incremental"
     source: SourceSpec
-    keys: list[str] = Field(min_length=1, description="Columns that identify a row.")
+    keys: list[ColumnName] = Field(min_length=1, description="Columns that identify a row.")
     watermark: WatermarkSpec = Field(
         description="The column that orders changes (not for snapshot tables, which are "
         "ordered by the time each snapshot was taken)."
@@ -447,6 +451,13 @@ class TableSpec(_Spec):
             raise ValueError(
                 f"{value!r} is not a valid table name; use letters, digits and '_' "
                 "and start with a letter"
+            )
+        suffix = reserved_suffix(value)
+        if suffix:
+            raise ValueError(
+                f"{value!r} ends in '__{suffix}', which the loader reserves for the side "
+                f"table it keeps beside a target ({value.removesuffix('__' + suffix)}'s "
+                f"__{suffix}); choose another name, e.g. {value.replace('__', '_')}"
             )
         return value
 

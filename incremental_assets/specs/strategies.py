@@ -9,6 +9,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from incremental_assets.specs.names import ColumnName
+
 
 class _Strategy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -26,7 +28,20 @@ class UpsertStrategy(_Strategy):
     kind: Literal["upsert"] = "upsert"
 
 
-class CdcStrategy(_Strategy):
+class _DeletingStrategy(_Strategy):
+    """Options shared by strategies that delete target rows: the guard against a source
+    that vanished (a failed export, a truncated table) wiping the target."""
+
+    max_delete_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Refuse a run that would delete (or soft-delete) more than this share of "
+        "the target's live rows, before anything is written; 1.0 turns the guard off.",
+    )
+
+
+class CdcStrategy(_DeletingStrategy):
     """A change feed: rows carry an operation and a sequence (the watermark column).
 
     Per key the newest change by sequence wins; duplicates and out-of-order delivery are
@@ -42,13 +57,13 @@ class CdcStrategy(_Strategy):
         "1 delete, 2 insert, 3 update-before (ignored), 4 update-after; 'debezium': op "
         "c/u/d/r with before/after images.",
     )
-    operation: str | None = Field(
+    operation: ColumnName | None = Field(
         default=None,
         description="Column holding the operation (default: op, or __$operation for sqlserver).",
     )
     deletes: Literal["hard", "soft"] = "hard"
-    before: str = Field(default="before", description="Debezium: the before-image column.")
-    after: str = Field(default="after", description="Debezium: the after-image column.")
+    before: ColumnName = Field(default="before", description="Debezium: the before-image column.")
+    after: ColumnName = Field(default="after", description="Debezium: the after-image column.")
 
     @property
     def operation_column(self) -> str:
@@ -57,7 +72,7 @@ class CdcStrategy(_Strategy):
         return "__$operation" if self.encoding == "sqlserver" else "op"
 
 
-class SnapshotStrategy(_Strategy):
+class SnapshotStrategy(_DeletingStrategy):
     """The source gives its full current state each run and has no change column.
 
     Each run reads the whole source, stamps it with the time it was taken, and compares it
@@ -68,7 +83,12 @@ class SnapshotStrategy(_Strategy):
 
     kind: Literal["snapshot"] = "snapshot"
     deletes: Literal["hard", "soft"] = "hard"
-    tracked: list[str] | None = Field(
+    allow_empty: bool = Field(
+        default=False,
+        description="Accept an empty snapshot of a non-empty target (it deletes every row); "
+        "by default such a run fails before writing, as a failed export looks just like it.",
+    )
+    tracked: list[ColumnName] | None = Field(
         default=None,
         min_length=1,
         description="Columns whose change is a change (default: every column). A change "
@@ -104,20 +124,20 @@ class Scd2Strategy(_Strategy):
         description="How the source delivers changes: upsert (new row versions, the "
         "default), cdc (a change feed with deletes) or snapshot (the full current state).",
     )
-    tracked: list[str] | None = Field(
+    tracked: list[ColumnName] | None = Field(
         default=None,
         min_length=1,
         description="Columns whose change opens a new version (default: every column but "
         "the keys and the effective-time column).",
     )
-    effective: str | None = Field(
+    effective: ColumnName | None = Field(
         default=None,
         description="Timestamp column that says when a change took effect (valid_from); "
         "default: the watermark column when it is a timestamp, else partitioning.column.",
     )
-    valid_from: str = "valid_from"
-    valid_to: str = "valid_to"
-    is_current: str = "is_current"
+    valid_from: ColumnName = "valid_from"
+    valid_to: ColumnName = "valid_to"
+    is_current: ColumnName = "is_current"
 
     @model_validator(mode="after")
     def _options_of_the_history(self) -> Scd2Strategy:
