@@ -93,6 +93,7 @@ def test_materialization_reports_counts_watermarks_version_and_phase_times(proje
         "counts_match_table": True,
         "rows_reconciled": True,
         "schema_matches_spec": True,
+        "watermark_in_range": True,
     }
 
 
@@ -198,6 +199,7 @@ def test_each_table_gets_daily_or_hourly_partitions_a_job_and_a_schedule(tmp_pat
         "counts_match_table",
         "rows_reconciled",
         "schema_matches_spec",
+        "watermark_in_range",
     }
     assert asset.metadata_by_key[asset.key]["keys"] == "order_id"
 

@@ -17,6 +17,8 @@ ROWS_RECONCILED = "rows_reconciled"
 SCHEMA_MATCHES = "schema_matches_spec"
 
 
+DELETES_WITHIN_LIMIT = "deletes_within_limit"
+WATERMARK_IN_RANGE = "watermark_in_range"
 HISTORY_CONSISTENT = "history_consistent"
 QUALITY_SCORE = "quality_score"
 FRESH = "watermark_fresh"
@@ -60,10 +62,37 @@ def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
         if spec.max_lag is not None
         else []
     )
+    guarded = (
+        [
+            dg.AssetCheckSpec(
+                DELETES_WITHIN_LIMIT,
+                asset=spec.name,
+                description="The run deleted at most strategy.max_delete_share "
+                f"({spec.strategy.max_delete_share:.0%}) of the target's live rows; a run "
+                "over it (or an empty snapshot) fails before writing.",
+            )
+        ]
+        if _guarded(spec)
+        else []
+    )
+    in_range = (
+        [
+            dg.AssetCheckSpec(
+                WATERMARK_IN_RANGE,
+                asset=spec.name,
+                description="No source row has a watermark before partitioning.start or more "
+                "than a day ahead of the source clock (no window would ever load it).",
+            )
+        ]
+        if _time_windowed(spec)
+        else []
+    )
     return [
         *history,
         *scored,
         *fresh,
+        *guarded,
+        *in_range,
         dg.AssetCheckSpec(
             KEYS_UNIQUE,
             asset=spec.name,
@@ -122,6 +151,10 @@ def check_results(
         outcomes[FRESH] = _freshness(result, spec.max_lag.total_seconds())
     if spec.quality.rules:
         outcomes[QUALITY_SCORE] = quality.score_check(result.quality, spec.quality.min_score)
+    if _guarded(spec):
+        outcomes[DELETES_WITHIN_LIMIT] = checks.deletes_within_limit(spec, result)
+    if _time_windowed(spec):
+        outcomes[WATERMARK_IN_RANGE] = checks.watermark_in_range(result)
     scd2 = spec.history
     if scd2:
         outcomes[HISTORY_CONSISTENT] = checks.history_consistent(
@@ -142,6 +175,16 @@ def check_results(
         )
         for name, outcome in outcomes.items()
     ]
+
+
+def _guarded(spec: TableSpec) -> bool:
+    """Tables whose runs delete target rows, under the vanished-source guard."""
+    return spec.strategy.kind in ("cdc", "snapshot")
+
+
+def _time_windowed(spec: TableSpec) -> bool:
+    """Tables read by windows of a time watermark (landing and snapshot tables are not)."""
+    return spec.watermark.is_time and not spec.takes_snapshots and spec.landing is None
 
 
 def _reconciled_description(spec: TableSpec) -> str:

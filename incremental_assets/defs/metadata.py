@@ -55,6 +55,10 @@ def load_metadata(result: LoadResult, target_rows: int | None, target_path: str)
         metadata["rows_quarantined"] = result.quality.rows_quarantined
         for rule, count in result.quality.failures.items():
             metadata[f"rows_failing_{rule}"] = count
+    if result.guard is not None:
+        metadata.update(result.guard.metadata())
+    if result.out_of_range is not None:
+        metadata.update(result.out_of_range.metadata())
     if result.new_columns:
         metadata["new_columns"] = ", ".join(result.new_columns)
     if target_rows is not None:

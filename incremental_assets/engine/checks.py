@@ -577,3 +577,26 @@ def _kind_text(kind: object) -> str:
     if kind is None:
         return "any"
     return kind if isinstance(kind, str) else kind.simpleString()  # type: ignore[union-attr]
+
+
+def deletes_within_limit(spec: TableSpec, result: LoadResult) -> CheckOutcome:
+    """The run deleted no more than ``strategy.max_delete_share`` of the target's live
+    rows (a run over the limit fails before writing; this shows the margin)."""
+    guard = result.guard
+    limit = getattr(spec.strategy, "max_delete_share", 1.0)
+    if guard is None:
+        return CheckOutcome(True, "nothing to judge: no rows staged", {"max_delete_share": limit})
+    text = (
+        f"{guard.deleting} of {guard.live_rows} live rows deleted ({guard.share:.1%}), "
+        f"limit {guard.limit:.0%} (strategy.max_delete_share)"
+    )
+    return CheckOutcome(guard.share <= guard.limit, text, dict(guard.metadata()))
+
+
+def watermark_in_range(result: LoadResult) -> CheckOutcome:
+    """No source row has a time watermark that no window can reach: before
+    ``partitioning.start``, or more than a day ahead of the source clock."""
+    found = result.out_of_range
+    if found is None:
+        return CheckOutcome(True, "not measured (watermark not a top-level column)", {})
+    return CheckOutcome(found.total == 0, found.describe(), dict(found.metadata()))

@@ -8,8 +8,6 @@ Example:
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ from incremental_assets.engine import (
     history,
     predicates,
     quality,
+    staging,
     transforms,
     validation,
 )
@@ -36,10 +35,12 @@ from incremental_assets.engine.delta_store import (
     DeltaTarget,
     TargetState,
     Tombstones,
+    row_count,
 )
 from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.gaps import Gaps, sequence_gaps
+from incremental_assets.engine.guards import DeleteGuard, GuardReport, OutOfRange, out_of_range
 from incremental_assets.engine.quarantine import Quarantine, identity_of
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source, open_source
@@ -96,6 +97,10 @@ class LoadResult:
     quality: quality.QualityReport | None = None
     # Landing tables: the files seen, loaded, waiting and quarantined (landing.LandingReport).
     landing: object | None = None
+    # Snapshot and CDC tables: the deletes this run makes against the guard's limit.
+    guard: GuardReport | None = None
+    # Time watermarks: source rows no window can reach (before the start, far in the future).
+    out_of_range: OutOfRange | None = None
 
     @property
     def rows_unchanged(self) -> int:
@@ -146,6 +151,7 @@ class Probe:
     state: TargetState
     clock: datetime
     window: Window
+    out_of_range: OutOfRange | None = None
 
 
 def probe(
@@ -175,7 +181,14 @@ def probe(
         )
         _fail_on_null_watermarks(spec, source)
         window = window.with_high_water(_high_water(spec, source, window))
-    return Probe(source, state, clock, window)
+    return Probe(source, state, clock, window, _out_of_range(spec, source, clock))
+
+
+def _out_of_range(spec: TableSpec, source: Source, clock: datetime) -> OutOfRange | None:
+    if not spec.watermark.is_time or spec.takes_snapshots:
+        return None
+    zone = spec.source.timezone
+    return out_of_range(source, spec.watermark.column, spec.partitioning.start, clock, zone)
 
 
 def run_load(
@@ -211,9 +224,21 @@ def run_load(
     hook("probed")
 
     if window.is_empty:
-        return _result(spec, source, window, state, None, 0, 0, clock, phase, started)
+        return _result(
+            spec,
+            source,
+            window,
+            state,
+            None,
+            0,
+            0,
+            clock,
+            phase,
+            started,
+            out_of_range=probed.out_of_range,
+        )
 
-    stage_root = tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir)
+    stage_root = staging.create(spec.name, staging_dir)
     try:
         with phase("extract"):
             staged_path = f"{stage_root}/increment"
@@ -242,6 +267,7 @@ def run_load(
             change_counts = _change_counts(spec, staged_path)
             unchanged = _unchanged(spec, rows_extracted, change_counts, logged_path)
             gaps = _gaps(spec, window, staged_path)
+            guard = _delete_guard(spark, spec, state, target, rows_extracted, staged_path)
         hook("staged")
         crash_point("after_extract")
 
@@ -268,6 +294,8 @@ def run_load(
                     "rows_staged": rows_staged,
                     "partition_high_water": format_value(partition_high_water),
                     **({"sequence_gaps": gaps.missing} if gaps else {}),
+                    **(guard.metadata() if guard else {}),
+                    **(probed.out_of_range.metadata() if probed.out_of_range else {}),
                     **({f"changes.{k}": v for k, v in change_counts.items()}),
                     **(_quality_metadata(report) if report else {}),
                 },
@@ -277,7 +305,7 @@ def run_load(
         hook("committed")
         crash_point("after_commit")
     finally:
-        shutil.rmtree(stage_root, ignore_errors=True)
+        staging.remove(stage_root)
 
     return _result(
         spec,
@@ -295,6 +323,8 @@ def run_load(
         changes=change_counts,
         unchanged=unchanged,
         quality=report,
+        guard=guard,
+        out_of_range=probed.out_of_range,
     )
 
 
@@ -381,6 +411,55 @@ def _gaps(spec: TableSpec, window: Window, staged_path: str) -> Gaps | None:
     ids = pads.dataset(staged_path, format="parquet").to_table(columns=[spec.watermark.column])
     after = window.cursor_before if isinstance(window.cursor_before, int) else None
     return sequence_gaps(ids.column(0), after)
+
+
+def _delete_guard(
+    spark: SparkSession,
+    spec: TableSpec,
+    state: TargetState,
+    target: DeltaTarget,
+    rows_extracted: int,
+    staged_path: str,
+) -> GuardReport | None:
+    """Judge the run's deletes against ``strategy.max_delete_share`` (and an empty snapshot
+    against ``allow_empty``) before anything is written; raises DeleteGuardError."""
+    strategy = spec.strategy
+    if not isinstance(strategy, (CdcStrategy, SnapshotStrategy)):
+        return None
+    allow_empty = strategy.allow_empty if isinstance(strategy, SnapshotStrategy) else None
+    guard = DeleteGuard(strategy.max_delete_share, allow_empty)
+    if not state.exists:
+        return guard.judge(spec.name, rows_extracted, 0, 0)
+    staged = pads.dataset(staged_path, format="parquet")
+    # Staged deletes: a snapshot's vanished rows (live target keys, exact); a feed's newest
+    # change per key when it is a delete (an upper bound: its key may not be in the target).
+    deleting = staged.count_rows(filter=pads.field(changes.OP) == "D")
+    soft = strategy.deletes == "soft"
+    live = _live_rows(spark, target, state, soft=soft and bool(deleting or not rows_extracted))
+    if deleting and live and deleting / live > strategy.max_delete_share and spec.feed:
+        deleting = _deletes_of_live_keys(spark, spec, target, staged_path, soft)
+    return guard.judge(spec.name, rows_extracted, deleting, live)
+
+
+def _live_rows(spark: SparkSession, target: DeltaTarget, state: TargetState, soft: bool) -> int:
+    """The target's rows (from the Delta log's statistics), less soft-deleted ones when
+    ``soft`` (counted by Spark: only when the run deletes, or its snapshot is empty)."""
+    assert state.table is not None
+    if not soft:
+        return row_count(state.table)
+    flag = F.coalesce(F.col(changes.IS_DELETED), F.lit(False))
+    return target.to_spark(spark).filter(~flag).count()
+
+
+def _deletes_of_live_keys(
+    spark: SparkSession, spec: TableSpec, target: DeltaTarget, staged_path: str, soft: bool
+) -> int:
+    """The staged deletes whose key is live in the target: what the merge would delete."""
+    deletes = spark.read.parquet(staged_path).filter(F.col(changes.OP) == "D").select(*spec.keys)
+    live = target.to_spark(spark)
+    if soft:
+        live = live.filter(~F.coalesce(F.col(changes.IS_DELETED), F.lit(False)))
+    return deletes.join(live.select(*spec.keys), list(spec.keys), "left_semi").count()
 
 
 def _fail_on_null_watermarks(spec: TableSpec, source: Source) -> None:
@@ -743,6 +822,8 @@ def _result(
     changes: dict[str, int] | None = None,
     unchanged: int | None = None,
     quality: quality.QualityReport | None = None,
+    guard: GuardReport | None = None,
+    out_of_range: OutOfRange | None = None,
 ) -> LoadResult:
     phase.seconds["total"] = round(time.perf_counter() - started, 3)
     committed = bool(commit and commit.committed)
@@ -771,4 +852,6 @@ def _result(
         changes=dict(changes or {}),
         unchanged=unchanged,
         quality=quality,
+        guard=guard,
+        out_of_range=out_of_range,
     )

@@ -1,0 +1,181 @@
+"""What a run refuses or reports before it writes: deletes beyond a share of the target
+(a vanished source), and source rows whose watermark no window can reach.
+
+A nightly export that failed half-way, a source table truncated by mistake, or a CDC feed
+replayed from a wrong offset all look, to a loader, like a lot of deletes. A snapshot
+strategy turns an empty export into "every row vanished"; a CDC batch of deletes removes
+what it names. Before anything is written (side tables included), a run that would delete
+more than ``strategy.max_delete_share`` of the target's live rows, or a snapshot that is
+empty while the target is not (unless ``strategy.allow_empty``), fails with the numbers
+and the setting that allows it.
+
+Example:
+    >>> guard = DeleteGuard(limit=0.5, allow_empty=False)
+    >>> guard.judge("orders", rows_in_batch=10, deleting=2, live_rows=100).share
+    0.02
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from pyspark.sql import functions as F
+
+from incremental_assets.engine import predicates
+from incremental_assets.engine.errors import DeleteGuardError
+from incremental_assets.engine.predicates import Range
+from incremental_assets.engine.sources import Source
+from incremental_assets.engine.transforms import quote, to_utc_instants
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    """What the guard saw: rows the run deletes, the target's live rows before it, the
+    share and the limit."""
+
+    deleting: int
+    live_rows: int
+    limit: float
+    empty_snapshot: bool = False
+
+    @property
+    def share(self) -> float:
+        return round(self.deleting / self.live_rows, 6) if self.live_rows else 0.0
+
+    def metadata(self) -> dict[str, float | int]:
+        return {
+            "rows_deleting": self.deleting,
+            "delete_share": self.share,
+            "max_delete_share": self.limit,
+        }
+
+
+@dataclass(frozen=True)
+class DeleteGuard:
+    """The table's guard settings (``strategy.max_delete_share``, ``allow_empty``); the
+    empty-snapshot rule applies to snapshot sources only (``allow_empty`` None)."""
+
+    limit: float
+    allow_empty: bool | None = None
+
+    def judge(self, table: str, rows_in_batch: int, deleting: int, live_rows: int) -> GuardReport:
+        """The report for a run, or DeleteGuardError when the run must not write."""
+        empty = self.allow_empty is not None and rows_in_batch == 0 and live_rows > 0
+        report = GuardReport(deleting, live_rows, self.limit, empty_snapshot=empty)
+        if empty and not self.allow_empty:
+            raise DeleteGuardError(
+                table,
+                f"the snapshot is empty (0 rows) while the target holds {live_rows} live rows: "
+                "loading it would delete every row. Nothing was written.",
+                "check the source (a failed or truncated export looks like this); if the "
+                "source really is empty now, set strategy.allow_empty: true for one run",
+                report,
+            )
+        if live_rows and report.share > self.limit:
+            raise DeleteGuardError(
+                table,
+                f"this run would delete {deleting} of the target's {live_rows} live rows "
+                f"({report.share:.1%}), more than strategy.max_delete_share "
+                f"({self.limit:.0%}). Nothing was written.",
+                "check the source for a failed or partial export (or a feed replayed from the "
+                "wrong place); if the deletes are real, raise strategy.max_delete_share (1.0 "
+                "turns the guard off) for this run",
+                report,
+            )
+        return report
+
+
+# Rows this far ahead of the source clock are reported: a few seconds or minutes ahead is
+# clock skew between systems and loads on a later run; a day ahead is a bad value (9999-12-31).
+FUTURE_TOLERANCE = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class OutOfRange:
+    """Source rows a time watermark can never bring into a window: before the table's
+    ``partitioning.start`` (the first load starts there) or stamped more than
+    ``FUTURE_TOLERANCE`` ahead of the source clock."""
+
+    before_start: int
+    in_future: int
+    start: datetime
+    earliest: datetime | None = None
+    latest: datetime | None = None
+
+    @property
+    def total(self) -> int:
+        return self.before_start + self.in_future
+
+    def metadata(self) -> dict[str, int | str]:
+        return {
+            "rows_before_start": self.before_start,
+            "rows_in_future": self.in_future,
+            **({"earliest_before_start": self.earliest.isoformat()} if self.earliest else {}),
+            **({"latest_in_future": self.latest.isoformat()} if self.latest else {}),
+        }
+
+    def describe(self) -> str:
+        if not self.total:
+            return (
+                f"every source watermark lies between partitioning.start "
+                f"({self.start.date().isoformat()}) and a day past the source clock"
+            )
+        parts = []
+        if self.before_start:
+            earliest = self.earliest.date().isoformat() if self.earliest else "?"
+            parts.append(
+                f"{self.before_start} rows have a watermark before partitioning.start "
+                f"({self.start.date().isoformat()}; earliest {earliest}) and are never "
+                f"loaded: move partitioning.start to {earliest} or earlier, or correct them"
+            )
+        if self.in_future:
+            latest = self.latest.isoformat() if self.latest else "?"
+            parts.append(
+                f"{self.in_future} rows have a watermark more than a day ahead of the source "
+                f"clock (latest {latest}) and wait until then: correct them in the source"
+            )
+        return "; ".join(parts)
+
+
+def out_of_range(
+    source: Source, column: str, start: datetime, clock: datetime, zone: str
+) -> OutOfRange | None:
+    """Count the source rows whose ``column`` (a time watermark) lies before ``start`` or
+    beyond ``clock + FUTURE_TOLERANCE``. One filtered aggregation: Delta files and Parquet
+    row groups whose statistics hold no such value are skipped, a database counts in its
+    WHERE. None when the column is not a top-level source column (e.g. inside a Debezium
+    image)."""
+    types = {f.name: f.dataType for f in source.schema.fields}
+    if column not in types:
+        return None
+    horizon = clock + FUTURE_TOLERANCE
+    parts = [(Range(column, None, False, start, False),), (Range(column, horizon, False),)]
+    value = F.col(quote(column))
+    rows = (
+        source.read(predicates.to_source_ranges(parts, types, zone))
+        .select(value)
+        .filter(predicates.to_source_filter(parts, types, zone))
+        .transform(to_utc_instants(zone))
+        .filter(predicates.to_filter(parts))
+    )
+    early, late = value < F.lit(start), value > F.lit(horizon)
+    found = rows.agg(
+        F.sum(early.cast("int")).alias("before"),
+        F.sum(late.cast("int")).alias("after"),
+        F.min(F.when(early, F.unix_micros(value))).alias("earliest"),
+        F.max(F.when(late, F.unix_micros(value))).alias("latest"),
+    ).collect()[0]
+    return OutOfRange(
+        int(found["before"] or 0),
+        int(found["after"] or 0),
+        start,
+        _instant(found["earliest"]),
+        _instant(found["latest"]),
+    )
+
+
+def _instant(micros: int | None) -> datetime | None:
+    if micros is None:
+        return None
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(micros))
