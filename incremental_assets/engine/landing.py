@@ -32,8 +32,6 @@ import fnmatch
 import json
 import os
 import posixpath
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -49,7 +47,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from incremental_assets.engine import delta_io
+from incremental_assets.engine import delta_io, staging
 from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, SideTable
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
@@ -290,7 +288,7 @@ def load_landing(
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
 
     # Absolute: Spark reports the paths it read as absolute URIs, matched against these.
-    stage_root = os.path.abspath(tempfile.mkdtemp(prefix=f"ia-{spec.name}-", dir=staging_dir))
+    stage_root = staging.create(spec.name, staging_dir)
     try:
         # Object-store files are copied out (only these); local ones are read in place.
         local, moved = folder.local_copies(pending, f"{stage_root}/files")
@@ -344,7 +342,7 @@ def load_landing(
         for path, reason in quarantined.items():
             folder.quarantine(path, quarantine_dir(source_path, landing), reason)
     finally:
-        shutil.rmtree(stage_root, ignore_errors=True)
+        staging.remove(stage_root)
     return LandingReport(
         files_seen=len(listing.ready),
         files_loaded=loaded,

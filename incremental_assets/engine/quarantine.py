@@ -3,8 +3,6 @@ their replay into the target once the rule or the data is fixed."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 
 import pyarrow.dataset as pads
@@ -12,7 +10,7 @@ from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import changes, quality, transforms
+from incremental_assets.engine import changes, quality, staging, transforms
 from incremental_assets.engine.delta_store import DeltaTarget, SideTable, Tombstones, row_count
 from incremental_assets.engine.strategies import MergePlan, matching
 from incremental_assets.engine.watermarks import format_value
@@ -80,7 +78,7 @@ def replay(
     business = rows.drop(*quality.QUARANTINE_COLUMNS)
     checked = quality.failed_rules(spec.name, business, rules)
     passing = checked.filter(~quality.diverted(rules)).drop(quality.FAILED)
-    stage = tempfile.mkdtemp(prefix=f"ia-replay-{spec.name}-")
+    stage = staging.create(spec.name, kind="replay")
     try:
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         newest = passing.repartitionByRange(*key_columns).transform(
@@ -117,7 +115,7 @@ def replay(
             )
             _release(held, f"{stage}/released", identity_of(spec))
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        staging.remove(stage)
     return ReplayResult(
         examined=examined,
         replayed=released,
