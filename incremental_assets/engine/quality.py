@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets.engine.checks import CheckOutcome
 from incremental_assets.engine.errors import IncrementalLoadError
+from incremental_assets.specs import expressions
 from incremental_assets.specs.models import RuleSpec
 
 FAILED = "_ia_failed_rules"
@@ -47,24 +50,163 @@ def failed_rules(table: str, df: DataFrame, rules: Sequence[RuleSpec]) -> DataFr
     """Add ``_ia_failed_rules``: the names of the rules a row fails (empty when none).
 
     Raises:
-        IncrementalLoadError: a rule is not valid Spark SQL for these columns.
+        IncrementalLoadError: a rule is not an expression over one row (see
+            :func:`refuse_unsafe`), or not valid Spark SQL for these columns.
     """
     checks = []
     for rule in rules:
+        refuse_unsafe(table, df, rule)
         try:
             expression = F.expr(rule.check)
-            df.select(expression.cast("boolean")).schema  # noqa: B018 - analyse now
+            analysed = df.select(expression.cast("boolean"))
+            analysed.schema  # noqa: B018 - analyse now
         except (AnalysisException, ParseException) as exc:
             raise IncrementalLoadError(
                 table,
                 f"quality rule '{rule.name}' ({rule.check!r}) cannot be evaluated: "
-                f"{str(exc).splitlines()[0]}",
+                f"{_first_line(exc)}",
                 "correct the rule's check (a Spark SQL boolean expression over the source "
                 f"columns: {', '.join(df.columns)})",
             ) from None
+        if not _deterministic(analysed):
+            _refuse(
+                table,
+                rule,
+                "its result is not deterministic (the same row could be "
+                "judged differently by a re-run), which breaks idempotent merges",
+            )
         passed = F.coalesce(expression.cast("boolean"), F.lit(False))
         checks.append(F.when(~passed, F.lit(rule.name)))
     return df.withColumn(FAILED, F.filter(F.array(*checks), lambda name: name.isNotNull()))
+
+
+def refuse_unsafe(table: str, df: DataFrame, rule: RuleSpec) -> None:
+    """Refuse a check that is more than an expression over one row of ``df``, before Spark
+    evaluates anything: the spec's own check (``specs.expressions``, repeated here for rules
+    built without validation), then Spark's parse tree of the check: every function called
+    must be on the same allowlist, and no subquery may appear. The parse tree is skipped
+    where the JVM session is not reachable (Spark Connect).
+
+    Raises:
+        IncrementalLoadError: naming the rule and the reason.
+    """
+    reason = expressions.refusal(rule.check) or parse_tree_refusal(df, rule.check)
+    if reason:
+        _refuse(table, rule, reason)
+
+
+def _refuse(table: str, rule: RuleSpec, reason: str) -> NoReturn:
+    raise IncrementalLoadError(
+        table,
+        f"quality rule '{rule.name}' is refused: {reason}. Nothing was evaluated or committed.",
+        "write the check as one expression over the row's columns, with operators, CASE, IN, "
+        "BETWEEN, LIKE, CAST and the functions the README lists (section 'What a rule may "
+        "contain')",
+    )
+
+
+def _first_line(exc: Exception) -> str:
+    """The first non-blank line of an error (Spark's parse errors start with a newline)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+# Parse-tree nodes Spark builds for the clock and the session user without a function call.
+_BARE_NODES = {
+    "CurrentDate": "current_date",
+    "CurrentTimestamp": "current_timestamp",
+    "CurrentTime": "current_time",
+    "Now": "now",
+    "LocalTimestamp": "localtimestamp",
+    "CurrentUser": "current_user",
+}
+
+
+def parse_tree_refusal(df: DataFrame, check: str) -> str | None:
+    """Why Spark's own parse of ``check`` is refused (None when it is not, or when Spark's
+    parser is not reachable from here)."""
+    jsession = getattr(df.sparkSession, "_jsparkSession", None)
+    if jsession is None:  # Spark Connect: the check of specs.expressions stands alone
+        return None
+    try:
+        parser = jsession.sessionState().sqlParser()
+    except Py4JError:
+        return None
+    try:
+        tree = parser.parseExpression(check)
+    except (ParseException, Py4JJavaError):
+        return None  # not valid SQL: evaluating it reports Spark's reason
+    columns = {c.lower() for c in df.columns}
+    try:
+        return _tree_refusal(tree, columns)
+    except Py4JError as exc:  # fail closed: an unreadable tree is not run
+        return f"Spark's parse tree of the check could not be inspected ({_first_line(exc)})"
+
+
+def _tree_refusal(tree, columns: set[str]) -> str | None:
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        kinds = _class_names(node)
+        if kinds & {"SubqueryExpression", "PlanExpression"}:
+            return (
+                "it holds a subquery, which reads other tables; a check may only read the "
+                "row's own columns"
+            )
+        if "ExpressionWithUnresolvedIdentifier" in kinds:
+            return expressions.function_refusal("identifier")
+        if "UnresolvedFunction" in kinds:
+            parts = _strings(node.nameParts())
+            if len(parts) > 1:
+                return (
+                    f"{'.'.join(parts)}() is called with a qualified name; a check may only "
+                    "call built-in functions by their plain name"
+                )
+            if reason := expressions.function_refusal(parts[0]):
+                return reason
+        if "UnresolvedAttribute" in kinds:
+            # Spark reads a bare current_user, user, current_date ... as the function
+            # when no column has that name.
+            parts = _strings(node.nameParts())
+            name = parts[0].lower() if len(parts) == 1 else None
+            if name in expressions.LITERAL_FUNCTIONS and name not in columns:
+                return expressions.function_refusal(parts[0])
+        for kind, function in _BARE_NODES.items():
+            if kind in kinds:
+                return expressions.function_refusal(function)
+        children = node.children().iterator()
+        while children.hasNext():
+            pending.append(children.next())
+    return None
+
+
+def _class_names(node) -> set[str]:
+    """The simple names of a JVM object's class and its superclasses."""
+    names = set()
+    cls = node.getClass()
+    while cls is not None:
+        names.add(cls.getSimpleName())
+        cls = cls.getSuperclass()
+    return names
+
+
+def _strings(seq) -> list[str]:
+    """A Scala sequence of strings as a Python list."""
+    out, it = [], seq.iterator()
+    while it.hasNext():
+        out.append(str(it.next()))
+    return out
+
+
+def _deterministic(analysed: DataFrame) -> bool:
+    """The analysed check is deterministic (True where the JVM plan is not reachable)."""
+    jdf = getattr(analysed, "_jdf", None)
+    if jdf is None:
+        return True
+    try:
+        return bool(jdf.queryExecution().analyzed().expressions().head().deterministic())
+    except Py4JError:
+        return True
 
 
 def counters(rules: Sequence[RuleSpec]) -> list[Column]:
