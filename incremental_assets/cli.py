@@ -313,9 +313,12 @@ def _status(args: argparse.Namespace) -> int:
 
     project = _project(args.tables)
     statuses = [table_status(spec, _target(project, spec)) for spec in project.tables]
+    # A table whose log cannot be read is reported as such; the others are still listed,
+    # and the exit status is 1.
+    failed = 1 if any(s.error for s in statuses) else 0
     if args.json:
         print(json.dumps([s.to_json() for s in statuses], indent=2))
-        return 0
+        return failed
     header = (
         "table",
         "watermark",
@@ -335,6 +338,8 @@ def _status(args: argparse.Namespace) -> int:
     rows, notes = [], []
     for s in statuses:
         rows.append(_status_row(s, len(header)))
+        if s.error:
+            notes.append(f"* {s.table}: unreadable: {s.error}")
         if s.rewind is not None:
             r = s.rewind
             what = (
@@ -349,10 +354,12 @@ def _status(args: argparse.Namespace) -> int:
     print(_aligned([header, *rows]))
     for note in notes:
         print(note)
-    return 0
+    return failed
 
 
 def _status_row(s, columns: int) -> tuple[str, ...]:
+    if s.error:
+        return (s.table, "(unreadable)", *["-"] * (columns - 2))
     if not s.loaded:
         return (s.table, "(not loaded yet)", *["-"] * (columns - 2))
     run = s.last_run

@@ -26,6 +26,7 @@ from incremental_assets.engine.changes import OP
 from incremental_assets.engine.errors import ConcurrentLoadError, TargetOwnedError
 from incremental_assets.engine.strategies import MergePlan, matching
 from incremental_assets.engine.transforms import quote
+from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (
     ID_MIN,
     WatermarkKind,
@@ -99,7 +100,14 @@ class DeltaTarget:
         )
 
     def open(self, version: int | None = None) -> DeltaTable:
-        return DeltaTable(self.path, version=version, storage_options=self.storage_options or None)
+        try:
+            return DeltaTable(
+                self.path, version=version, storage_options=self.storage_options or None
+            )
+        except DeltaError as exc:
+            if not self.exists():
+                raise
+            raise log_error(self.table_name, self.path, exc) from None
 
     def state(self, kind: WatermarkKind) -> TargetState:
         if not self.exists():

@@ -45,6 +45,7 @@ from incremental_assets.engine.quarantine import Quarantine, identity_of
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source, open_source
 from incremental_assets.engine.strategies import MergePlan, merge_plan
+from incremental_assets.engine.unreadable import naming_source_files
 from incremental_assets.engine.watermarks import (
     WatermarkValue,
     format_value,
@@ -218,7 +219,8 @@ def run_load(
     phase = _Phases()
     started = time.perf_counter()
 
-    with phase("probe"):
+    source_path = spec.source.path or ""
+    with phase("probe"), naming_source_files(spec.name, source_path):
         probed = probe(spark, spec, target, request, source_storage)
     source, state, clock, window = probed.source, probed.state, probed.clock, probed.window
     hook("probed")
@@ -240,7 +242,7 @@ def run_load(
 
     stage_root = staging.create(spec.name, staging_dir)
     try:
-        with phase("extract"):
+        with phase("extract"), naming_source_files(spec.name, source_path):
             staged_path = f"{stage_root}/increment"
             if spec.history:
                 observed, new_columns, logged_path = _stage_history(

@@ -86,6 +86,8 @@ class TableStatus:
     files: int | None = None
     last_run: LastRun | None = None
     rewind: RewindRecord | None = None
+    error: str | None = None
+    """Why the table could not be read (a corrupt log, say); the other fields are empty."""
 
     def to_json(self) -> dict[str, Any]:
         def plain(record: object) -> dict | None:
@@ -108,6 +110,7 @@ class TableStatus:
             "files": self.files,
             "last_run": plain(self.last_run),
             "rewind": plain(self.rewind),
+            "error": self.error,
         }
 
 
@@ -122,7 +125,10 @@ def table_status(spec: TableSpec, target: DeltaTarget, now: datetime | None = No
     }
     if not target.exists():
         return TableStatus(**base, loaded=False)
-    state = target.state(spec.watermark.kind)
+    try:
+        state = target.state(spec.watermark.kind)
+    except IncrementalLoadError as exc:
+        return TableStatus(**base, loaded=False, error=str(exc))
     table = state.table
     assert table is not None
     last = _last_run(state.last_load)

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from datetime import datetime, timezone
 
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -22,6 +23,7 @@ from incremental_assets.engine import delta_io, predicates
 from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.transforms import quote, to_utc_instants
+from incremental_assets.engine.unreadable import log_error, source_file_error
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
     WatermarkValue,
@@ -108,7 +110,10 @@ class DeltaSource(Source):
                 f"source Delta table {spec.path} does not exist.",
                 "create it, or point source.path at an existing Delta table",
             )
-        self._table = DeltaTable(spec.path, storage_options=storage or None)
+        try:
+            self._table = DeltaTable(spec.path, storage_options=storage or None)
+        except DeltaError as exc:
+            raise log_error(table, spec.path, exc) from None
         self.version = self._table.version()
         self._files = delta_io.live_files(self._table)
         self._schema = delta_io.spark_schema(self._table)
@@ -167,6 +172,9 @@ class FileSource(Source):
                     "rewrite or remove the files with the changed type (a type change is "
                     "never applied silently)",
                 ) from None
+            unreadable = source_file_error(table, spec.path, exc)
+            if unreadable is not None:
+                raise unreadable from None
             raise SourceNotFoundError(
                 table,
                 f"cannot read {spec.format} files at {spec.path}: {_first_line(exc)}.",
