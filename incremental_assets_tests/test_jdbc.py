@@ -386,8 +386,8 @@ NEW_YORK = ZoneInfo("America/New_York")
 
 
 def test_timestamptz_and_zone_less_columns_load_the_same_rows_in_any_session_zone(shop, spark):
-    # The database's default zone is Tokyo, the user's session init sets another zone,
-    # and the zone-less copy of the table holds New York wall-clock times.
+    # The database's default zone is Tokyo, the connection's startup options set another
+    # zone, and the zone-less copy of the table holds New York wall-clock times.
     shop.pg.sql(f"ALTER DATABASE {shop.name} SET timezone = 'Asia/Tokyo'")
     shop.sql(
         "CREATE TABLE orders_local (order_id bigint PRIMARY KEY, status text, "
@@ -404,8 +404,9 @@ def test_timestamptz_and_zone_less_columns_load_the_same_rows_in_any_session_zon
         [(i, s, a, ts.astimezone(NEW_YORK).replace(tzinfo=None)) for i, s, a, ts in rows],
         table="orders_local",
     )
+    kiritimati = {"options": "-c TimeZone=Pacific/Kiritimati"}  # pgjdbc's startup options
     aware = shop.spec(
-        source={"options": {"sessionInitStatement": "SET TIME ZONE 'Pacific/Kiritimati'"}}
+        source={"connection": shop.connection().model_copy(update={"properties": kiritimati})}
     )
     local = shop.spec(source={"table": "public.orders_local", "timezone": "America/New_York"})
     targets = {"aware": shop.target("aware"), "local": shop.target("local")}

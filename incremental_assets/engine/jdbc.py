@@ -5,8 +5,12 @@ column, the clock) executed by the database as well.
 Spark's JDBC source (``format("jdbc")``) pushes simple filters and the selected columns
 into the SQL it sends, but computes aggregates itself. So the probes are written here as
 SQL and sent through the same JDBC source as a ``query``: the database answers with one
-row. The password comes from the connection spec (filled in by the Dagster layer) or the
-environment variable it names, and is removed from every message this module raises.
+row. The table is sent as identifiers, never as the spec's text: ``source.table`` is parsed
+into 1 to 3 names (specs/identifiers.py) and each quoted one is quoted again for the
+dialect; the options that carry SQL or override the connection are never taken from the
+spec (specs/options.py). The password comes from the connection spec (filled in by the
+Dagster layer) or the environment variable it names, and is removed from every message
+this module raises.
 """
 
 from __future__ import annotations
@@ -48,7 +52,9 @@ from incremental_assets.engine.watermarks import (
     to_utc,
 )
 from incremental_assets.specs import SourceSpec
+from incremental_assets.specs.identifiers import parse_table, render_table
 from incremental_assets.specs.models import ConnectionSpec
+from incremental_assets.specs.options import without_reserved
 
 DEFAULT_FETCH_SIZE = 10_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -85,8 +91,10 @@ class JdbcSource(Source):
         self.connection = _connection(table, spec)
         self._password = _password(table, self.connection)
         self._quote = _quoter(self.connection.url)
+        self.relation = _relation(table, spec, self._quote)
+        """The table as SQL: the validated names, quoted ones quoted for the dialect."""
         with self.failures("opening"):
-            self._schema = self._reader().option("dbtable", spec.table).load().schema
+            self._schema = self._reader().option("dbtable", self.relation).load().schema
         self._types = {f.name: f.dataType for f in self._schema.fields}
         self._check_slices()
 
@@ -103,7 +111,7 @@ class JdbcSource(Source):
         even ranges of the slice column between its MIN and MAX inside ``raw_parts``
         (rows outside those bounds, inserted meanwhile, still land in the outer slices).
         """
-        reader = self._reader().option("dbtable", self.spec.table)
+        reader = self._reader().option("dbtable", self.relation)
         if self.spec.slices is not None and self.spec.slices.count > 1 and raw_parts != []:
             bounds = self._slice_bounds(raw_parts)
             if bounds is not None:
@@ -118,7 +126,7 @@ class JdbcSource(Source):
 
     def count_nulls(self, column: str) -> int:
         """Rows whose ``column`` is null, counted by the database."""
-        sql = f"SELECT COUNT(*) AS n FROM {self.spec.table} WHERE {self._quote(column)} IS NULL"
+        sql = f"SELECT COUNT(*) AS n FROM {self.relation} WHERE {self._quote(column)} IS NULL"
         return int(self._query_row(sql)["n"])
 
     def clock(self) -> datetime:
@@ -150,7 +158,7 @@ class JdbcSource(Source):
         micros = (column,) if isinstance(self._types.get(column), TimestampType) else ()
         sql = (
             f"SELECT MAX({self._quote(column)}) AS {self._quote(column)} "
-            f"FROM {self.spec.table} WHERE {self._where(raw)}"
+            f"FROM {self.relation} WHERE {self._where(raw)}"
         )
         if local:
             top = self._query_row(sql, wall_clock=(column,))[column]
@@ -213,7 +221,7 @@ class JdbcSource(Source):
         self, raw: list[Part], column: str, tiebreak: str, local: bool, max_rows: int | None
     ) -> WatermarkValue | None:
         t, i = self._quote(column), self._quote(tiebreak)
-        rows = f"SELECT {t} AS t, {i} AS i FROM {self.spec.table} WHERE {self._where(raw)}"
+        rows = f"SELECT {t} AS t, {i} AS i FROM {self.relation} WHERE {self._where(raw)}"
         if max_rows:
             rows = f"SELECT t, i FROM ({rows} ORDER BY t, i LIMIT {int(max_rows)}) AS first_rows"
         sql = f"SELECT t, i FROM ({rows}) AS window_rows ORDER BY t DESC, i DESC LIMIT 1"
@@ -286,9 +294,7 @@ class JdbcSource(Source):
         dtype = self._types[column]
         where = self._where(raw_parts) if raw_parts is not None else "1=1"
         quoted = self._quote(column)
-        sql = (
-            f"SELECT MIN({quoted}) AS lo, MAX({quoted}) AS hi FROM {self.spec.table} WHERE {where}"
-        )
+        sql = f"SELECT MIN({quoted}) AS lo, MAX({quoted}) AS hi FROM {self.relation} WHERE {where}"
         timestamps = ("lo", "hi") if isinstance(dtype, TimestampType) else ()
         row = self._query_row(sql, micros=timestamps)
         if row["lo"] is None or row["lo"] == row["hi"]:
@@ -335,13 +341,15 @@ def reader_options(
 ) -> dict[str, str]:
     """Spark JDBC options: connection, fetch size, zone-less ``timestamp`` columns as
     TIMESTAMP_NTZ (so the source's ``timezone`` setting applies), and for PostgreSQL a
-    session time zone equal to the one Spark writes timestamp literals in."""
+    session time zone equal to the one Spark writes timestamp literals in. The options that
+    carry SQL or override the connection are refused when the specs load, and left out of
+    the spec's mappings here as well."""
     options: dict[str, str] = {
-        **connection.properties,
-        "url": connection.url,
+        **without_reserved(connection.properties),
         "fetchsize": str(spec.fetch_size or DEFAULT_FETCH_SIZE),
         "preferTimestampNTZ": "true",
-        **spec.options,
+        **without_reserved(spec.options),
+        "url": connection.url,
     }
     if connection.driver:
         options["driver"] = connection.driver
@@ -354,9 +362,7 @@ def reader_options(
         # zone (or the session zone with the Java 8 time API), and PostgreSQL reads it in
         # the session's TimeZone; a TimeZone set on the server, the database, the role or
         # in the URL would shift every window bound. Pin the session to Spark's zone.
-        pin = f"SET TIME ZONE {_postgres_zone(_literal_zone(spark))}"
-        init = options.get("sessionInitStatement")
-        options["sessionInitStatement"] = f"{init}; {pin}" if init else pin
+        options["sessionInitStatement"] = f"SET TIME ZONE {_postgres_zone(_literal_zone(spark))}"
     return options
 
 
@@ -437,6 +443,20 @@ def _quoter(url: str):
         return mark + name.replace(mark, mark * 2) + mark
 
     return quote
+
+
+def _relation(table: str, spec: SourceSpec, quote) -> str:
+    """``source.table`` as SQL, from its parsed names (a spec built without validation is
+    refused here, before anything is sent)."""
+    try:
+        parts = parse_table(spec.table or "")
+    except ValueError as exc:
+        raise SourceAccessError(
+            table,
+            f"source.table: {exc}.",
+            "correct source.table; nothing was sent to the database",
+        ) from None
+    return render_table(parts, quote)
 
 
 # -- connection and password -----------------------------------------------------------

@@ -100,7 +100,6 @@ class MaintenanceResult:
         }
 
 
-
 def side_tables(target: DeltaTarget) -> list[DeltaTarget]:
     """The table's sibling Delta tables that exist."""
     siblings = [target.beside(suffix) for suffix in SIDE_TABLES]

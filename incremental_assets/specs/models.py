@@ -35,6 +35,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from incremental_assets.specs.durations import parse_duration
+from incremental_assets.specs.expressions import validate_check
+from incremental_assets.specs.identifiers import TableName
 from incremental_assets.specs.landing import (
     FILE_KEYS,
     INGESTED_AT,
@@ -43,6 +45,14 @@ from incremental_assets.specs.landing import (
 )
 from incremental_assets.specs.locations import reserved_suffix
 from incremental_assets.specs.names import ColumnName
+from incremental_assets.specs.options import (
+    DATABASE_SECRET,
+    OBJECT_STORE_SECRET,
+    SPARK_SECRET,
+    database_options,
+    refuse_jdbc_options,
+    refuse_secrets,
+)
 from incremental_assets.specs.strategies import (
     CdcStrategy,
     Scd2Strategy,
@@ -67,7 +77,10 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Inputs stay out of a ValidationError's text: an option's value may be a secret.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, hide_input_in_errors=True
+    )
 
 
 class ConnectionSpec(_Spec):
@@ -87,7 +100,8 @@ class ConnectionSpec(_Spec):
     )
     properties: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra JDBC connection properties, e.g. {sslmode: require}.",
+        description="Extra JDBC connection properties, e.g. {sslmode: require}. No "
+        "secrets, and none of the options the loader sets (url, user, dbtable, ...).",
     )
     max_retries: int = Field(
         default=3,
@@ -116,6 +130,12 @@ class ConnectionSpec(_Spec):
                 "the URL holds a password; remove it and name the environment variable "
                 "that holds it in password_env"
             )
+        return value
+
+    @field_validator("properties")
+    @classmethod
+    def _no_secret_or_sql(cls, value: dict[str, str]) -> dict[str, str]:
+        database_options(value)
         return value
 
     @field_validator("password_env")
@@ -156,10 +176,11 @@ class SourceSpec(_Spec):
         validate_default=True,
         description="jdbc: name of a connection under the top-level 'connections'.",
     )
-    table: str | None = Field(
+    table: TableName | None = Field(
         default=None,
         validate_default=True,
-        description="jdbc: the table as the database names it, e.g. public.orders.",
+        description="jdbc: the table as the database names it, e.g. public.orders or "
+        'sales."Order Lines" (1 to 3 plain or double-quoted names; see specs/identifiers.py).',
     )
     slices: SliceSpec | None = Field(
         default=None, description="jdbc: read the window in parallel range slices."
@@ -168,7 +189,9 @@ class SourceSpec(_Spec):
         default=None, ge=1, description="jdbc: rows per round trip (default 10000)."
     )
     options: Settings = Field(
-        default_factory=dict, description="Spark reader options, e.g. {header: 'true'} for CSV."
+        default_factory=dict,
+        description="Spark reader options, e.g. {header: 'true'} for CSV. No secrets; for "
+        "jdbc, none of the options the loader sets (dbtable, query, url, ...).",
     )
     schema_ddl: str | None = Field(
         default=None,
@@ -196,6 +219,15 @@ class SourceSpec(_Spec):
             )
         if fmt not in (None, "jdbc") and value is None:
             raise PydanticCustomError("missing", "Field required")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _no_secret_or_sql(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if info.data.get("format") == "jdbc":
+            refuse_jdbc_options(refuse_secrets(value, DATABASE_SECRET))
+        else:
+            refuse_secrets(value, OBJECT_STORE_SECRET)
         return value
 
     @field_validator("connection", "table")
@@ -357,9 +389,18 @@ class PartitioningSpec(_Spec):
     @field_validator("start")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+        value = (
+            value.replace(tzinfo=timezone.utc)
+            if value.tzinfo is None
+            else value.astimezone(timezone.utc)
+        )
+        if value > datetime.now(timezone.utc):
+            raise ValueError(
+                f"{value:%Y-%m-%d %H:%M} UTC is in the future: no partition exists before "
+                "then, so every materialization would fail with 'Could not find a partition'. "
+                "Set it to the first day of the source's data (today at the latest)"
+            )
+        return value
 
 
 class TargetSpec(_Spec):
@@ -391,6 +432,13 @@ class RuleSpec(_Spec):
         if not _NAME.match(value):
             raise ValueError(f"{value!r}: use letters, digits and '_' (e.g. amount_positive)")
         return value
+
+    @field_validator("check")
+    @classmethod
+    def _row_expression(cls, value: str, info: ValidationInfo) -> str:
+        # An expression over the row only: no statements, subqueries, tables, Java calls or
+        # functions outside the allowlist (specs/expressions.py).
+        return validate_check(info.data.get("name"), value)
 
 
 class QualitySpec(_Spec):
@@ -619,9 +667,6 @@ def _takes_snapshots(strategy: object) -> bool:
     return False
 
 
-_SECRET_OPTIONS = ("secret", "key", "token", "password", "sas")
-
-
 class WarehouseSpec(_Spec):
     root: str = Field(description="Folder or URI under which targets live by default.")
     storage_options: dict[str, str] = Field(
@@ -635,13 +680,11 @@ class WarehouseSpec(_Spec):
     @field_validator("storage_options")
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        secret = [k for k in value if any(word in k.lower() for word in _SECRET_OPTIONS)]
-        if secret:
-            raise ValueError(
-                f"{', '.join(secret)}: secrets are never written in tables.yaml; remove "
-                "them and set delta-rs's environment variable instead (e.g. "
-                "AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY)"
-            )
+        refuse_secrets(
+            value,
+            "delta-rs reads credentials from the environment (e.g. AWS_SECRET_ACCESS_KEY, "
+            "AZURE_STORAGE_ACCOUNT_KEY)",
+        )
         return value
 
 
@@ -654,8 +697,15 @@ class SparkSpec(_Spec):
     )
     conf: Settings = Field(
         default_factory=dict,
-        description="Extra Spark settings, e.g. spark.jars: /usr/share/java/postgresql.jar.",
+        description="Extra Spark settings, e.g. spark.jars: /usr/share/java/postgresql.jar. "
+        "No secrets (fs.s3a.secret.key, fs.azure.account.key.*, ...).",
     )
+
+    @field_validator("conf")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        refuse_secrets(value, SPARK_SECRET)
+        return value
 
 
 class ProjectSpec(_Spec):

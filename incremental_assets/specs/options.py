@@ -1,0 +1,138 @@
+"""Option mappings a spec may hold: no secrets, and for databases no SQL.
+
+Secrets (``source.options``, a connection's ``properties``, ``spark.conf``,
+``warehouse.storage_options``): a key that names a password, secret, token, key, SAS or
+credential is refused when the specs load, naming the mapping and the key, never the value.
+The key is read word by word (split at ``.``, ``_``, ``-`` and camelCase):
+
+- refused: any word holding ``password``, ``passwd``, ``passphrase``, ``secret``,
+  ``token`` or ``credential``; a word ``key``, ``sas``, ``pwd`` (or ``apikey``, ...).
+  So ``fs.s3a.secret.key``, ``fs.s3a.access.key``, ``fs.azure.account.key.<account>``,
+  ``fs.azure.sas.<container>.<account>``, ``sslpassword``, ``keyStorePassword``;
+- accepted: keys whose last word says the value is where a secret is, or how it is
+  obtained, not the secret: ``provider``, ``type``, ``class``, ``file``, ``path``,
+  ``location``, ``store``, ``enabled`` (``fs.s3a.aws.credentials.provider``,
+  ``spark.authenticate.secret.file``, ``spark.ssl.keyStore``,
+  ``hadoop.security.credential.provider.path``), and words that only contain ``key``
+  (``keytab``, ``keystore``, pgjdbc's ``sslkey``: paths of files holding the key). The
+  passwords of those stores and files are secrets and are refused.
+
+Database options (``source.options`` of a jdbc source, a connection's ``properties``):
+Spark JDBC options that carry SQL or override the connection are refused,
+case-insensitively, since Spark reads options case-insensitively; see ``JDBC_RESERVED``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "token", "credential")
+_SECRET_NAMES = frozenset(
+    {
+        "key",
+        "sas",
+        "pwd",
+        "apikey",
+        "accesskey",
+        "accountkey",
+        "privatekey",
+        "sharedkey",
+        "masterkey",
+    }
+)
+_NOT_THE_SECRET = frozenset(
+    {"provider", "providers", "type", "class", "file", "path", "location", "store", "enabled"}
+)
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+DATABASE_SECRET = (
+    "the database password goes in an environment variable named by the connection's "
+    "password_env (e.g. password_env: SHOP_DB_PASSWORD)"
+)
+OBJECT_STORE_SECRET = (
+    "object-store credentials go in the environment (e.g. AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY)"
+)
+SPARK_SECRET = (
+    "Spark's object-store connectors read credentials from the environment (e.g. "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3a) or from a Hadoop credential "
+    "provider (hadoop.security.credential.provider.path)"
+)
+
+JDBC_RESERVED: dict[str, tuple[str, str]] = {
+    name.lower(): (name, instead)
+    for name, instead in (
+        ("dbtable", "name the table in source.table (for a query, create a view and name it)"),
+        ("query", "name the table in source.table (for a query, create a view and name it)"),
+        ("prepareQuery", "name a table or view in source.table"),
+        (
+            "sessionInitStatement",
+            "the loader runs only its own read queries; set session settings on the "
+            "database role (ALTER ROLE ... SET) or with the driver's options property",
+        ),
+        ("url", "set the connection's url"),
+        ("driver", "set the connection's driver"),
+        ("user", "set the connection's user"),
+        ("password", "name the environment variable holding it in the connection's password_env"),
+        ("partitionColumn", "use source.slices (column and count)"),
+        ("lowerBound", "use source.slices; the loader takes the bounds from the window"),
+        ("upperBound", "use source.slices; the loader takes the bounds from the window"),
+        ("numPartitions", "use source.slices.count"),
+        (
+            "customSchema",
+            "the loader reads the database's column types; cast a column in a view",
+        ),
+        (
+            "pushDownPredicate",
+            "the loader's window must be executed by the database; remove it",
+        ),
+    )
+}
+"""Spark JDBC options a spec may not set (lower case -> (name, what to use instead))."""
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether an option named ``key`` holds a secret (see module docstring)."""
+    words = [w.lower() for w in _WORDS.findall(key)]
+    if not words or words[-1] in _NOT_THE_SECRET:
+        return False
+    return any(w in _SECRET_NAMES or any(s in w for s in _SECRET_WORDS) for w in words)
+
+
+def refuse_secrets(options: Mapping[str, str], instead: str) -> Mapping[str, str]:
+    """``options`` unchanged, or ValueError naming the keys that hold secrets (never their
+    values) and where the secret goes (``instead``)."""
+    secret = [k for k in options if is_secret_key(k)]
+    if secret:
+        raise ValueError(
+            f"{', '.join(repr(k) for k in secret)}: secrets are never written in "
+            f"tables.yaml (the value is not shown); remove {'them' if len(secret) > 1 else 'it'}"
+            f": {instead}"
+        )
+    return options
+
+
+def refuse_jdbc_options(options: Mapping[str, str]) -> Mapping[str, str]:
+    """``options`` unchanged, or ValueError naming each Spark JDBC option that carries SQL
+    or overrides the connection, and what to use instead."""
+    refused = [(k, JDBC_RESERVED[k.lower()]) for k in options if k.lower() in JDBC_RESERVED]
+    if refused:
+        listed = "; ".join(f"{key!r} ({name}): {instead}" for key, (name, instead) in refused)
+        raise ValueError(
+            "the loader sets these JDBC options itself, and a spec may not send SQL or "
+            f"override the connection through them: {listed}"
+        )
+    return options
+
+
+def database_options(options: Mapping[str, str]) -> Mapping[str, str]:
+    """A jdbc source's options or a connection's properties, checked: secrets first (so a
+    password is refused as a secret), then the reserved JDBC options."""
+    return refuse_jdbc_options(refuse_secrets(options, DATABASE_SECRET))
+
+
+def without_reserved(options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` less the reserved JDBC options (refused at load; dropped again where the
+    reader is built, so a spec made without validation cannot set them either)."""
+    return {k: v for k, v in options.items() if k.lower() not in JDBC_RESERVED}
