@@ -11,7 +11,11 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field
 
 from incremental_assets.engine.delta_store import DeltaTarget
-from incremental_assets.engine.spark_session import ensure_required_conf, spark_conf
+from incremental_assets.engine.spark_session import (
+    ensure_required_conf,
+    spark_conf,
+    start_session,
+)
 from incremental_assets.specs import ProjectSpec, SparkSpec, TableSpec
 
 StorageConfig = Union[LocalConfig, S3Config, AzureConfig, GcsConfig]
@@ -53,6 +57,14 @@ class DeltaWarehouse(dg.ConfigurableResource):
         return DeltaTarget(spec.name, project.target_path(spec), self.storage_options())
 
 
+class DeltaSparkResource(PySparkResource):
+    """dagster-pyspark's resource, started the engine's way: with Delta Lake's extension
+    and its jars from the cache (fetched once; see engine/jars.py)."""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._spark_session = start_session(dict(self.spark_config))
+
+
 def spark_resource(settings: SparkSpec | None = None) -> PySparkResource:
     """dagster-pyspark's resource with the settings the engine needs (UTC, Parquet
     timestamps). The master is ``INCREMENTAL_ASSETS_SPARK_MASTER``, else ``spark.master``
@@ -63,7 +75,7 @@ def spark_resource(settings: SparkSpec | None = None) -> PySparkResource:
         overrides["spark.master"] = settings.master
     if os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER"):
         overrides["spark.master"] = os.environ["INCREMENTAL_ASSETS_SPARK_MASTER"]
-    return PySparkResource(spark_config=spark_conf(overrides))
+    return DeltaSparkResource(spark_config=spark_conf(overrides))
 
 
 def spark_session(resource: PySparkResource):

@@ -1,10 +1,14 @@
-"""Spark settings the engine relies on, and a local session for scripts and tests."""
+"""Spark settings the engine relies on, and how a session starts: with Delta Lake's
+extension and catalog, its jars from the cache (engine/jars.py), locally for scripts and
+tests or as the Dagster resource's session."""
 
 from __future__ import annotations
 
 import os
 
 from pyspark.sql import SparkSession
+
+from incremental_assets.engine import jars
 
 # Settings without which results would differ from machine to machine.
 REQUIRED_CONF: dict[str, str] = {
@@ -14,6 +18,12 @@ REQUIRED_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # Delta partition values are read as text and cast to the table's types.
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+}
+
+# Spark's Delta Lake: DeltaTable, MERGE/OPTIMIZE/VACUUM SQL and format("delta").
+DELTA_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
 LOCAL_DEFAULTS: dict[str, str] = {
@@ -28,17 +38,44 @@ LOCAL_DEFAULTS: dict[str, str] = {
 
 
 def spark_conf(overrides: dict[str, str] | None = None) -> dict[str, str]:
-    """Local defaults, then ``overrides``, then the settings correctness depends on."""
-    return {**LOCAL_DEFAULTS, **(overrides or {}), **REQUIRED_CONF}
+    """Local defaults, Delta Lake's extension, then ``overrides``, then the settings
+    correctness depends on."""
+    return {**LOCAL_DEFAULTS, **DELTA_CONF, **(overrides or {}), **REQUIRED_CONF}
+
+
+def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSession:
+    """A session with ``conf`` and Delta Lake's jars: from the cache, or resolved once by
+    Spark (said on stderr), or, when Spark's resolver cannot reach the repository, fetched
+    by Maven into the cache."""
+    plan = jars.plan(conf)
+    own = {k: v for k, v in conf.items() if k != "spark.jars.packages"}
+    if plan.resolving:
+        jars.announce(plan)
+    try:
+        session = _build({**own, **plan.conf}, app_name)
+    except Exception:
+        if not plan.resolving:
+            raise
+        plan = jars.fetch_with_maven(plan)
+        session = _build({**own, **plan.conf}, app_name)
+    else:
+        if plan.resolving:
+            jars.record(plan, session.sparkContext.getConf().get("spark.jars", ""))
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _build(conf: dict[str, str], app_name: str | None) -> SparkSession:
+    builder = SparkSession.builder
+    if app_name:
+        builder = builder.appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def local_session(app_name: str = "incremental-assets", **overrides: str) -> SparkSession:
-    builder = SparkSession.builder.appName(app_name)
-    for key, value in spark_conf(overrides).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return start_session(spark_conf(overrides), app_name)
 
 
 def ensure_required_conf(session: SparkSession) -> None:

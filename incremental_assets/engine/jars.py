@@ -1,0 +1,171 @@
+"""Delta Lake's JVM jars for Spark: resolved once from Maven Central, then read from a cache.
+
+The first session resolves ``io.delta:delta-spark_<scala>:<version>`` (the version of the
+installed ``delta-spark`` Python package, so JVM and Python sides always match) with
+Spark's own resolver (``spark.jars.packages``) into the cache, and writes a manifest of
+the jar files it got. Later sessions load the manifest's files (``spark.jars``) and resolve
+nothing remotely. When Spark's resolver cannot reach the repository, Maven (``mvn``) fetches
+the same jars into the cache. Settings:
+
+- ``INCREMENTAL_ASSETS_JARS``: a folder of jars to use instead (no resolution at all), or
+  ``provided`` where the cluster already has Delta Lake (Databricks, a cluster image).
+- ``INCREMENTAL_ASSETS_JAR_CACHE``: the cache folder (default
+  ``~/.cache/incremental-assets/jars``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import urlparse
+
+SCALA = "2.13"
+JARS_ENV = "INCREMENTAL_ASSETS_JARS"
+CACHE_ENV = "INCREMENTAL_ASSETS_JAR_CACHE"
+
+
+class JarsUnavailableError(RuntimeError):
+    """Delta Lake's jars could not be found or fetched."""
+
+
+def delta_package() -> str:
+    """The Maven coordinate of the delta-spark jar matching the installed Python package."""
+    return f"io.delta:delta-spark_{SCALA}:{metadata.version('delta-spark')}"
+
+
+def cache_dir() -> Path:
+    default = Path.home() / ".cache" / "incremental-assets" / "jars"
+    return Path(os.environ.get(CACHE_ENV) or default).expanduser()
+
+
+@dataclass(frozen=True)
+class JarPlan:
+    """How a session gets its jars: ``conf`` to add to the session's settings;
+    ``resolving`` when Spark will resolve packages remotely (say so, record afterwards)."""
+
+    packages: tuple[str, ...]
+    conf: dict[str, str] = field(default_factory=dict)
+    resolving: bool = False
+    manifest: Path | None = None
+
+
+def plan(conf: dict[str, str]) -> JarPlan:
+    """The jar settings for a session whose user settings are ``conf``: the user's own
+    ``spark.jars.packages`` are resolved (and cached) together with Delta Lake's."""
+    extra = tuple(p.strip() for p in conf.get("spark.jars.packages", "").split(",") if p.strip())
+    packages = (delta_package(), *extra)
+    user_jars = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    chosen = os.environ.get(JARS_ENV, "").strip()
+    if chosen == "provided":
+        return JarPlan(packages, {})
+    if chosen:
+        folder = Path(chosen).expanduser()
+        jars = sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
+        if not jars:
+            raise JarsUnavailableError(
+                f"{JARS_ENV}={chosen} holds no .jar files. Fix: point it at a folder with "
+                f"{packages[0]} and its dependencies, or unset it to fetch them once"
+            )
+        return JarPlan(packages, {"spark.jars": ",".join([*user_jars, *jars])})
+    manifest = cache_dir() / f"manifest-{_digest(packages)}.txt"
+    cached = _read_manifest(manifest)
+    if cached:
+        return JarPlan(packages, {"spark.jars": ",".join([*user_jars, *cached])}, False, manifest)
+    conf_out = {
+        "spark.jars.packages": ",".join(packages),
+        "spark.jars.ivy": str(cache_dir() / "ivy"),
+    }
+    return JarPlan(packages, conf_out, True, manifest)
+
+
+def announce(jar_plan: JarPlan) -> None:
+    sys.stderr.write(
+        f"Fetching Delta Lake's jars ({', '.join(jar_plan.packages)}) from Maven Central "
+        f"into {cache_dir()}; this happens once, later starts read the cache.\n"
+    )
+    sys.stderr.flush()
+
+
+def record(jar_plan: JarPlan, resolved_jars: str) -> None:
+    """Write the manifest of jars Spark resolved (its ``spark.jars`` after start)."""
+    if jar_plan.manifest is None:
+        return
+    ivy = str(cache_dir())
+    jars = [urlparse(j.strip()).path for j in resolved_jars.split(",") if j.strip()]
+    jars = [j for j in jars if j.startswith(ivy) and Path(j).is_file()]
+    if jars:
+        _write_manifest(jar_plan.manifest, jars)
+
+
+def fetch_with_maven(jar_plan: JarPlan) -> JarPlan:
+    """Fetch the packages with ``mvn`` into the cache (when Spark's resolver cannot reach
+    the repository) and return the plan that loads them from there."""
+    if shutil.which("mvn") is None:
+        raise unavailable(jar_plan, "Spark could not resolve them and mvn is not installed")
+    out = cache_dir() / f"maven-{_digest(jar_plan.packages)}"
+    dependencies = "".join(
+        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version>"
+        "</dependency>".format(*package.split(":")[:3])
+        for package in jar_plan.packages
+    )
+    pom = (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>incremental-assets</groupId><artifactId>jars</artifactId>"
+        f"<version>1</version><dependencies>{dependencies}</dependencies></project>"
+    )
+    with tempfile.TemporaryDirectory() as work:
+        (Path(work) / "pom.xml").write_text(pom)
+        done = subprocess.run(
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={out}",
+                "-DincludeScope=runtime",
+            ],
+            cwd=work,
+            capture_output=True,
+            text=True,
+        )
+    jars = sorted(str(p) for p in out.glob("*.jar")) if out.is_dir() else []
+    if done.returncode != 0 or not jars:
+        detail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no jars"]
+        raise unavailable(jar_plan, f"mvn failed too: {detail[0]}")
+    assert jar_plan.manifest is not None
+    _write_manifest(jar_plan.manifest, jars)
+    return JarPlan(jar_plan.packages, {"spark.jars": ",".join(jars)}, False, jar_plan.manifest)
+
+
+def unavailable(jar_plan: JarPlan, why: str) -> JarsUnavailableError:
+    return JarsUnavailableError(
+        f"Delta Lake's jars ({', '.join(jar_plan.packages)}) are not in the cache "
+        f"{cache_dir()} and could not be fetched: {why}. Fix: allow access to Maven Central "
+        f"once, or set {JARS_ENV} to a folder holding these jars (or to 'provided' where the "
+        "cluster already has Delta Lake)"
+    )
+
+
+def _digest(packages: tuple[str, ...]) -> str:
+    return hashlib.sha256(",".join(packages).encode()).hexdigest()[:12]
+
+
+def _read_manifest(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    jars = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    return jars if jars and all(Path(j).is_file() for j in jars) else []
+
+
+def _write_manifest(path: Path, jars: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text("\n".join(jars) + "\n")
+    partial.replace(path)

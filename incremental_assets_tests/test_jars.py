@@ -1,0 +1,112 @@
+"""Delta Lake's jars: fetched once, then read from the cache; a folder of local jars works
+with no network; no network and no cache gives one error naming the setting; Maven fetches
+them when Spark's resolver cannot."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from incremental_assets.engine import jars
+
+START = """
+import sys
+from incremental_assets.engine.spark_session import local_session
+from incremental_assets.engine.jars import JarsUnavailableError
+try:
+    spark = local_session("jars-test", **dict(a.split("=", 1) for a in sys.argv[2:]))
+except JarsUnavailableError as exc:
+    print(f"UNAVAILABLE {exc}")
+    sys.exit(3)
+spark.range(3).write.format("delta").save(sys.argv[1])
+print("ROWS", spark.read.format("delta").load(sys.argv[1]).count())
+"""
+
+
+def _offline() -> list[str]:
+    """A command prefix that runs without a network (a network namespace of its own)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed: cannot take the network away")
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -n needs root (or user namespaces) on this machine")
+    # Only the loopback interface, brought up for Spark's driver.
+    return ["unshare", "-n", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "offline"]
+
+
+def _start(
+    tmp_path: Path, env: dict[str, str], *conf: str, prefix=()
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", START, str(tmp_path / "table"), *conf],
+        env={
+            **os.environ,
+            # A home of its own: no ~/.ivy2 or ~/.m2 (Maven's local repository is a cache
+            # too, and Java takes the home from user.home, not HOME).
+            "HOME": str(tmp_path / "home"),
+            "MAVEN_OPTS": f"-Duser.home={tmp_path / 'home'}",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_second_start_resolves_nothing(spark):
+    plan = jars.plan({})
+
+    assert not plan.resolving
+    assert "spark.jars.packages" not in plan.conf
+    files = plan.conf["spark.jars"].split(",")
+    assert any(Path(f).name == "io.delta_delta-spark_2.13-4.3.1.jar" for f in files)
+    assert all(Path(f).is_file() for f in files)
+    assert jars.delta_package() == "io.delta:delta-spark_2.13:4.3.1"
+
+
+def test_a_folder_of_local_jars_starts_delta_with_no_network(spark, tmp_path):
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    for jar in jars.plan({}).conf["spark.jars"].split(","):
+        shutil.copy(jar, folder)
+
+    done = _start(tmp_path, {jars.JARS_ENV: str(folder)}, prefix=_offline())
+
+    assert "ROWS 3" in done.stdout, done.stderr[-2000:]
+    assert "Fetching" not in done.stderr
+
+
+def test_no_network_and_no_cache_gives_one_error_naming_the_setting(tmp_path):
+    done = _start(tmp_path, {jars.CACHE_ENV: str(tmp_path / "cache")}, prefix=_offline())
+
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "Fetching Delta Lake's jars (io.delta:delta-spark_2.13:4.3.1)" in done.stderr
+    message = done.stdout
+    assert "are not in the cache" in message
+    assert f"set {jars.JARS_ENV} to a folder holding these jars" in message
+
+
+def test_an_empty_jars_folder_is_refused_naming_the_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv(jars.JARS_ENV, str(tmp_path))
+
+    with pytest.raises(jars.JarsUnavailableError, match=f"{jars.JARS_ENV}=.* holds no .jar"):
+        jars.plan({})
+
+
+def test_maven_fetches_the_jars_when_sparks_resolver_cannot(tmp_path):
+    if shutil.which("mvn") is None:
+        pytest.skip("mvn is not installed")
+    broken = tmp_path / "ivysettings.xml"
+    broken.write_text("<ivysettings><resolvers></resolvers></ivysettings>")
+    cache = tmp_path / "cache"
+
+    done = _start(tmp_path, {jars.CACHE_ENV: str(cache)}, f"spark.jars.ivySettings={broken}")
+
+    assert "ROWS 3" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    manifest = next(cache.glob("manifest-*.txt")).read_text().split()
+    assert any("maven-" in line and "delta-spark_2.13-4.3.1.jar" in line for line in manifest)
