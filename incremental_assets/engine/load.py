@@ -594,12 +594,24 @@ def _increment(
     run_id: str = "manual",
 ) -> tuple[DataFrame, Observation, list[str]]:
     wm = spec.watermark.column
-    rows, observation = _observed(spec, _checked(spec, window_rows(spec, source, window)))
-    if source.remote and not spec.takes_snapshots:
-        # Range partitioning samples its input in a job of its own before the write.
-        rows = _staged(rows, stage_root, "window")
-    rows = _divert(spark, spec, rows, stage_root, run_id)
     key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
+    rows = _checked(spec, window_rows(spec, source, window))
+    staged_first = (
+        spec.takes_snapshots
+        or source.remote
+        or any(r.action == "quarantine" for r in spec.quality.rules)
+    )
+    if staged_first:
+        rows, observation = _observed(spec, rows)
+        if source.remote and not spec.takes_snapshots:
+            # Range partitioning samples its input in a job of its own before the write.
+            rows = _staged(rows, stage_root, "window")
+        rows = _divert(spark, spec, rows, stage_root, run_id)
+    else:
+        # Observed above the range shuffle: the shuffle's sampling job runs the plan below
+        # it once more, and an observation there would count every row twice.
+        rows, observation = _observed(spec, rows.repartitionByRange(*key_columns))
+        rows = rows.drop(quality.FAILED)
     if spec.takes_snapshots:
         # The diff reads the snapshot twice (changed rows, vanished keys): stage it once.
         snapshot = _staged(rows, stage_root, "snapshot")
@@ -608,9 +620,9 @@ def _increment(
         # Range-partition by key (one shuffle serves both the per-key window and the
         # layout): each staged file, and so each file the merge writes, covers a narrow key
         # range, which is what lets later merges skip target files by their statistics.
-        increment = rows.repartitionByRange(*key_columns).transform(
-            transforms.newest_per_key(spec.keys, wm)
-        )
+        if staged_first:
+            rows = rows.repartitionByRange(*key_columns)
+        increment = rows.transform(transforms.newest_per_key(spec.keys, wm))
         tombstones = _tombstones(spark, spec, target)
         if tombstones is not None:
             increment = changes.not_older_than_tombstones(increment, tombstones, spec.keys, wm)

@@ -101,6 +101,11 @@ class Source(ABC):
 
 
 class DeltaSource(Source):
+    """A Delta table read through Spark's Delta Lake at the version pinned when the run
+    opens it (time travel), so one run reads one snapshot; column mapping, deletion
+    vectors and partition values come from the log. delta-rs only reads the log: the
+    version, and per-file statistics for counting the files a window can skip."""
+
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec, storage: dict):
         super().__init__(table, spec)
         self._spark = spark
@@ -116,17 +121,35 @@ class DeltaSource(Source):
             raise log_error(table, spec.path, exc) from None
         self.version = self._table.version()
         self._files = delta_io.live_files(self._table)
-        self._schema = delta_io.spark_schema(self._table)
+        try:
+            self._df = (
+                spark.read.format("delta").option("versionAsOf", self.version).load(spec.path)
+            )
+        except (AnalysisException, PySparkException, Py4JJavaError) as exc:
+            raise SourceNotFoundError(
+                table,
+                f"Spark's Delta Lake cannot read {spec.path} at version {self.version}: "
+                f"{_first_line(exc)}.",
+                "use a table whose features this Delta Lake version supports (the message "
+                "names the feature), or upgrade delta-spark",
+            ) from None
+        self._schema = self._df.schema
+        # Per-file null counts answer count_nulls only where they count live rows by
+        # their logical names: not under deletion vectors or column mapping.
+        config = self._table.metadata().configuration
+        self._stats_exact = config.get(
+            "delta.columnMapping.mode", "none"
+        ) == "none" and "deletionVectors" not in (self._table.protocol().reader_features or [])
 
     @property
     def schema(self) -> StructType:
         return self._schema
 
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
-        files = delta_io.prune_files(self._files, raw_parts)
-        self.files_read = len(files)
+        # Spark skips files by the log's statistics itself; the count is for metadata.
+        self.files_read = len(delta_io.prune_files(self._files, raw_parts))
         self.files_total = self._files.num_rows
-        return delta_io.read_files(self._spark, self._table, files)
+        return self._df
 
     def count_nulls(self, column: str) -> int:
         counts = (
@@ -134,7 +157,7 @@ class DeltaSource(Source):
             if (f"null_count.{column}" in self._files.column_names)
             else [None]
         )
-        if self._files.num_rows and all(c is not None for c in counts):
+        if self._stats_exact and self._files.num_rows and all(c is not None for c in counts):
             return int(sum(counts))
         return super().count_nulls(column)
 
