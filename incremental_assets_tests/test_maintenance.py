@@ -80,7 +80,7 @@ def test_compaction_leaves_contents_cursor_and_last_load_identical(spark, loaded
     before = DeltaTable(target.path)
     state = target.state("timestamp")
 
-    result = maintain(target, MaintenanceSettings(retention_hours=None))
+    result = maintain(spark, target, MaintenanceSettings(retention_hours=None))
 
     after = DeltaTable(target.path)
     assert result.files_before == len(before.file_uris()) > result.files_after == 1
@@ -96,15 +96,15 @@ def test_compaction_leaves_contents_cursor_and_last_load_identical(spark, loaded
     assert not load(spark, spec, target, 1).committed
 
 
-def test_vacuum_keeps_what_the_snapshot_and_the_retention_window_need(churned):
+def test_vacuum_keeps_what_the_snapshot_and_the_retention_window_need(spark, churned):
     target = churned
-    maintain(target, MaintenanceSettings(retention_hours=None))
+    maintain(spark, target, MaintenanceSettings(retention_hours=None))
     compacted = DeltaTable(target.path)
     versions = {v: rows(DeltaTable(target.path, version=v)) for v in range(compacted.version())}
     stored = on_storage(target)
 
     # Inside the retention window (a week): every file stays, every version is readable.
-    within = maintain(target, MaintenanceSettings(compact=False, retention_hours=168))
+    within = maintain(spark, target, MaintenanceSettings(compact=False, retention_hours=168))
 
     assert within.files_vacuumed == 0 and on_storage(target) == stored
     assert within.version_after == compacted.version()  # nothing to do, no commit
@@ -113,7 +113,9 @@ def test_vacuum_keeps_what_the_snapshot_and_the_retention_window_need(churned):
 
     # A retention of zero deletes the removed files, and only those.
     gone = maintain(
-        target, MaintenanceSettings(compact=False, retention_hours=0, enforce_retention=False)
+        spark,
+        target,
+        MaintenanceSettings(compact=False, retention_hours=0, enforce_retention=False),
     )
 
     live = set(DeltaTable(target.path).file_uris())
@@ -123,29 +125,32 @@ def test_vacuum_keeps_what_the_snapshot_and_the_retention_window_need(churned):
     assert rows(DeltaTable(target.path)) == rows(compacted)
 
 
-def test_vacuum_refuses_a_retention_below_the_tables_minimum(churned):
+def test_vacuum_refuses_a_retention_below_the_tables_minimum(spark, churned):
     target = churned
     version = DeltaTable(target.path).version()
 
     with pytest.raises(MaintenanceError, match=r"shorter than the table's minimum of 168 hours"):
-        maintain(target, MaintenanceSettings(compact=False, retention_hours=1))
+        maintain(spark, target, MaintenanceSettings(compact=False, retention_hours=1))
 
     assert DeltaTable(target.path).version() == version
 
 
-def test_side_tables_are_maintained_with_their_table(tmp_path):
+def test_side_tables_are_maintained_with_their_table(spark, tmp_path):
     target = DeltaTarget("customers", str(tmp_path / "customers"))
     for i in range(3):
         write_deltalake(target.path, pa.table({"id": [i]}), mode="append")
         write_deltalake(f"{target.path}__tombstones", pa.table({"id": [i]}), mode="append")
 
-    results = maintain_table(target, MaintenanceSettings(retention_hours=None))
+    results = maintain_table(spark, target, MaintenanceSettings(retention_hours=None))
 
     assert [(r.table, r.files_before, r.files_after) for r in results] == [
         ("customers", 3, 1),
         ("customers__tombstones", 3, 1),
     ]
-    assert maintain_table(DeltaTarget("none", str(tmp_path / "none")), MaintenanceSettings()) == []
+    assert (
+        maintain_table(spark, DeltaTarget("none", str(tmp_path / "none")), MaintenanceSettings())
+        == []
+    )
 
 
 TABLES_YAML = """
@@ -161,7 +166,7 @@ tables:
 """
 
 
-def test_maintenance_job_reports_files_before_and_after_per_table(tmp_path):
+def test_maintenance_job_reports_files_before_and_after_per_table(spark, tmp_path):
     (tmp_path / "tables.yaml").write_text(TABLES_YAML)
     project = load_project(tmp_path / "tables.yaml")
     defs = build_definitions(project)

@@ -12,7 +12,7 @@ import dagster as dg
 from pydantic import Field
 
 from incremental_assets.defs.assets import pool_name
-from incremental_assets.defs.resources import DeltaWarehouse
+from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine.maintenance import (
     MaintenanceError,
     MaintenanceSettings,
@@ -49,7 +49,7 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
         name=f"maintain_{spec.name}",
         description=f"Compact and vacuum the Delta table of {spec.name} and its side tables.",
         pool=pool_name(spec),
-        required_resource_keys={"warehouse"},
+        required_resource_keys={"warehouse", "spark"},
         out=dg.Out(dg.Nothing),
     )
     def _maintain(context: dg.OpExecutionContext, config: MaintenanceConfig) -> dg.Output:
@@ -61,7 +61,9 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
             enforce_retention=config.enforce_retention,
         )
         try:
-            results = maintain_table(warehouse.target(project, spec), settings)
+            results = maintain_table(
+                spark_session(context.resources.spark), warehouse.target(project, spec), settings
+            )
         except MaintenanceError as exc:
             raise dg.Failure(
                 description=str(exc), metadata={"table": spec.name, "fix": exc.fix or ""}

@@ -1,5 +1,6 @@
-"""Delta maintenance of a table: compaction of small files and vacuum of the files that no
-snapshot inside the retention window needs, done by delta-rs.
+"""Delta maintenance of a table: compaction of small files (or Z-order) and vacuum of the
+files that no snapshot inside the retention window needs, done by Spark's Delta Lake
+(``OPTIMIZE`` and ``VACUUM``). delta-rs only reads the log (live and removed files).
 
 Maintenance commits carry ``incremental_assets.maintenance`` and never
 ``incremental_assets.table``, so they are not taken for loads, and they hold no application
@@ -10,19 +11,23 @@ touched). A table's side tables (``<target>__tombstones``, ``__changes``, ``__qu
 ``__files``) are maintained with it.
 
 Example:
-    >>> maintain_table(DeltaTarget("orders", path), MaintenanceSettings())  # doctest: +SKIP
+    >>> maintain_table(spark, DeltaTarget("orders", path), MaintenanceSettings())  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import json
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import DeltaError
+from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
+from pyspark.sql import SparkSession
 
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
@@ -106,13 +111,17 @@ def side_tables(target: DeltaTarget) -> list[DeltaTarget]:
     return [s for s in siblings if s.exists()]
 
 
-def maintain_table(target: DeltaTarget, settings: MaintenanceSettings) -> list[MaintenanceResult]:
+def maintain_table(
+    spark: SparkSession, target: DeltaTarget, settings: MaintenanceSettings
+) -> list[MaintenanceResult]:
     """Maintain the table and its side tables; a table not created yet is skipped."""
     tables = [target] if target.exists() else []
-    return [maintain(t, settings) for t in [*tables, *side_tables(target)]]
+    return [maintain(spark, t, settings) for t in [*tables, *side_tables(target)]]
 
 
-def maintain(target: DeltaTarget, settings: MaintenanceSettings) -> MaintenanceResult:
+def maintain(
+    spark: SparkSession, target: DeltaTarget, settings: MaintenanceSettings
+) -> MaintenanceResult:
     """Compact, then vacuum, one Delta table.
 
     Raises:
@@ -128,21 +137,10 @@ def maintain(target: DeltaTarget, settings: MaintenanceSettings) -> MaintenanceR
     stale_before = len(_stale(table, storage))
     compacted = written = vacuumed = 0
     if settings.compact:
-        properties = _tag("zorder" if settings.zorder else "compact")
-        if settings.zorder:
-            metrics = table.optimize.z_order(
-                list(settings.zorder),
-                target_size=settings.target_size,
-                commit_properties=properties,
-            )
-        else:
-            metrics = table.optimize.compact(
-                target_size=settings.target_size, commit_properties=properties
-            )
-        compacted, written = int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+        compacted, written = _optimize(spark, target, settings)
         table = target.open()
     if settings.retention_hours is not None:
-        vacuumed = _vacuum(target, table, storage, settings)
+        vacuumed = _vacuum(spark, target, table, storage, settings)
         table = target.open()
     files_after, bytes_after = _live(table)
     return MaintenanceResult(
@@ -162,43 +160,107 @@ def maintain(target: DeltaTarget, settings: MaintenanceSettings) -> MaintenanceR
     )
 
 
+# Spark reads a commit's user metadata and OPTIMIZE's file size from session settings:
+# one maintenance step at a time sets them, so concurrent steps never mix them up.
+_SESSION_SETTINGS = threading.Lock()
+
+
+@contextmanager
+def _session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    with _SESSION_SETTINGS:
+        before = {key: spark.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+
+
+def _tag(operation: str) -> dict[str, str]:
+    """The commit's user metadata: which maintenance step wrote it."""
+    user_metadata = json.dumps({MAINTENANCE_KEY: operation})
+    return {"spark.databricks.delta.commitInfo.userMetadata": user_metadata}
+
+
+def _optimize(
+    spark: SparkSession, target: DeltaTarget, settings: MaintenanceSettings
+) -> tuple[int, int]:
+    """OPTIMIZE (bin-packing, or ZORDER BY the given columns): files removed and added."""
+    sql = f"OPTIMIZE delta.{_quoted(target.path)}"
+    if settings.zorder:
+        sql += f" ZORDER BY ({', '.join(_quoted(c) for c in settings.zorder)})"
+    conf = _tag("zorder" if settings.zorder else "compact")
+    if settings.target_size:
+        conf["spark.databricks.delta.optimize.maxFileSize"] = str(settings.target_size)
+    with _session_settings(spark, conf):
+        metrics = spark.sql(sql).collect()[0]["metrics"]
+    return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
 def _vacuum(
+    spark: SparkSession,
     target: DeltaTarget,
     table: DeltaTable,
     storage: pafs.FileSystem,
     settings: MaintenanceSettings,
 ) -> int:
     """Delete the removed files older than the retention; returns how many existed. No
-    commit is made when there is nothing to delete."""
-
-    def run(dry_run: bool) -> list[str]:
-        return table.vacuum(
-            retention_hours=settings.retention_hours,
-            dry_run=dry_run,
-            enforce_retention_duration=settings.enforce_retention,
-            commit_properties=_tag("vacuum"),
-        )
-
-    try:
-        # The log keeps a removed file's tombstone after the file is deleted: count (and
-        # act on) the files that still exist.
-        due = set(run(dry_run=True)).intersection(_stale(table, storage))
-        if not due:
-            return 0
-        return len(due.intersection(run(dry_run=False)))
-    except DeltaError as exc:
-        if "retention" not in str(exc).lower():
-            raise
-        minimum = re.search(r"greater than (\d+) hours", str(exc))
+    vacuum runs when there is nothing to delete."""
+    sql = f"VACUUM delta.{_quoted(target.path)} RETAIN {settings.retention_hours} HOURS"
+    conf = {
+        **_tag("vacuum"),
+        "spark.databricks.delta.retentionDurationCheck.enabled": str(
+            settings.enforce_retention
+        ).lower(),
+    }
+    minimum = _minimum_retention_hours(table)
+    if settings.enforce_retention and settings.retention_hours < minimum:
         raise MaintenanceError(
             target.table_name,
             f"vacuum retention of {settings.retention_hours} hours is shorter than the "
-            f"table's minimum of {minimum.group(1) if minimum else '?'} hours "
-            "(delta.deletedFileRetentionDuration): files that readers of older snapshots, "
-            "or a load still running, may need could be deleted. Nothing was vacuumed.",
+            f"table's minimum of {minimum} hours (delta.deletedFileRetentionDuration): files "
+            "that readers of older snapshots, or a load still running, may need could be "
+            "deleted. Nothing was vacuumed.",
             "raise retention_hours, or set enforce_retention to false if nothing reads "
             "snapshots older than the retention",
-        ) from None
+        )
+    root = _local(target.path).rstrip("/") + "/"
+    with _session_settings(spark, conf):
+        # The log keeps a removed file's tombstone after the file is deleted: count (and
+        # act on) the files that still exist.
+        dry_run = spark.sql(f"{sql} DRY RUN").collect()
+        listed = {_local(r[0]).removeprefix(root) for r in dry_run}
+        due = listed.intersection(_local(p).removeprefix(root) for p in _stale(table, storage))
+        if not due:
+            return 0
+        spark.sql(sql).collect()
+    return len(due)
+
+
+def _minimum_retention_hours(table: DeltaTable) -> int:
+    """The table's ``delta.deletedFileRetentionDuration`` in hours (7 days unless set)."""
+    setting = table.metadata().configuration.get(
+        "delta.deletedFileRetentionDuration", "interval 7 days"
+    )
+    found = re.match(r"(?:interval\s+)?(\d+)\s*(\w+)", setting.strip(), re.IGNORECASE)
+    if not found:
+        return 168
+    amount, unit = int(found.group(1)), found.group(2).lower().rstrip("s")
+    hours = {"week": 168, "day": 24, "hour": 1}.get(unit)
+    return amount * hours if hours else max(1, amount // {"minute": 60}.get(unit, 3600))
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _local(path: str) -> str:
+    return path.removeprefix("file://").removeprefix("file:")
 
 
 def _live(table: DeltaTable) -> tuple[int, int]:
@@ -213,7 +275,3 @@ def _stale(table: DeltaTable, storage: pafs.FileSystem) -> list[str]:
     paths = table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
     infos = storage.get_file_info(paths) if paths else []
     return [i.path for i in infos if i.type != pafs.FileType.NotFound]
-
-
-def _tag(operation: str) -> CommitProperties:
-    return CommitProperties(custom_metadata={MAINTENANCE_KEY: operation})
