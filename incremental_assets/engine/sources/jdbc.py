@@ -44,7 +44,7 @@ from incremental_assets.engine.errors import (
     SourceNotFoundError,
 )
 from incremental_assets.engine.predicates import Part, Range
-from incremental_assets.engine.sources import Source
+from incremental_assets.engine.sources.base import Source
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
     WatermarkValue,
@@ -84,6 +84,10 @@ class JdbcSource(Source):
     """One table of a database, opened once per run (its schema is read at open)."""
 
     remote = True
+
+    @classmethod
+    def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
+        return cls(spark, table, spec)
 
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
         super().__init__(table, spec)
