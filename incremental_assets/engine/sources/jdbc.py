@@ -41,7 +41,9 @@ from incremental_assets.engine import predicates, transforms
 from incremental_assets.engine.errors import (
     IncrementalLoadError,
     SchemaMismatchError,
+    SourceAccessError,
     SourceNotFoundError,
+    SourceUnavailableError,
 )
 from incremental_assets.engine.predicates import Part, Range
 from incremental_assets.engine.sources.base import Source
@@ -68,16 +70,6 @@ _TRANSIENT_TEXT = re.compile(
     r"|the database system is (starting up|shutting down)",
     re.IGNORECASE,
 )
-
-
-class SourceUnavailableError(IncrementalLoadError):
-    """The database could not be reached, or the connection broke: a retry may succeed."""
-
-    retryable = True
-
-
-class SourceAccessError(IncrementalLoadError):
-    """The database refused the login or the read (password, privileges, missing driver)."""
 
 
 class JdbcSource(Source):
