@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.engine import jars
+from incremental_assets.engine.errors import JarsUnavailableError
 
 START = """
 import sys
 from incremental_assets.engine.spark_session import local_session
-from incremental_assets.engine.jars import JarsUnavailableError
+from incremental_assets.engine.errors import JarsUnavailableError
 try:
     spark = local_session("jars-test", **dict(a.split("=", 1) for a in sys.argv[2:]))
 except JarsUnavailableError as exc:
@@ -94,7 +95,7 @@ def test_no_network_and_no_cache_gives_one_error_naming_the_setting(tmp_path):
 def test_an_empty_jars_folder_is_refused_naming_the_setting(tmp_path, monkeypatch):
     monkeypatch.setenv(jars.JARS_ENV, str(tmp_path))
 
-    with pytest.raises(jars.JarsUnavailableError, match=f"{jars.JARS_ENV}=.* holds no .jar"):
+    with pytest.raises(JarsUnavailableError, match=f"{jars.JARS_ENV}=.* holds no .jar"):
         jars.plan({})
 
 

@@ -26,13 +26,13 @@ from incremental_assets.engine import (
     IncrementalLoadError,
     SchemaMismatchError,
     SourceNotFoundError,
-    jdbc,
     predicates,
     run_load,
     transforms,
 )
-from incremental_assets.engine.jdbc import JdbcSource, SourceAccessError
-from incremental_assets.engine.sources import open_source
+from incremental_assets.engine.errors import SourceAccessError
+from incremental_assets.engine.sources import jdbc, open_source
+from incremental_assets.engine.sources.jdbc import JdbcSource
 from incremental_assets.specs import SpecError, TableSpec, load_project
 from incremental_assets.specs.models import ConnectionSpec, WatermarkSpec
 from incremental_assets_tests.conftest import at, day_request, target_rows

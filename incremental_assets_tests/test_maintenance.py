@@ -12,8 +12,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.defs.build import build_definitions
 from incremental_assets.engine import DeltaTarget, checks
+from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.engine.maintenance import (
-    MaintenanceError,
     MaintenanceSettings,
     maintain,
     maintain_table,

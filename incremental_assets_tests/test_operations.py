@@ -17,8 +17,9 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from incremental_assets import cli
 from incremental_assets.engine import DeltaTarget, checks
 from incremental_assets.engine.delta_store import app_id, tiebreak_app_id
+from incremental_assets.engine.errors import OperationError
 from incremental_assets.engine.explain import explain
-from incremental_assets.engine.operations import OperationError, rewind, table_status
+from incremental_assets.engine.operations import rewind, table_status
 from incremental_assets.engine.watermarks import to_transaction_version
 from incremental_assets.specs import TableSpec
 from incremental_assets_tests.conftest import at, day_request, load, make_spec, target_rows

@@ -24,7 +24,7 @@ from incremental_assets.defs.partitions import load_request, partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.delta_store import DeltaTarget, row_count
-from incremental_assets.engine.jdbc import failures_explained
+from incremental_assets.engine.sources.jdbc import failures_explained
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import ProjectSpec, TableSpec
 

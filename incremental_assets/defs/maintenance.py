@@ -13,8 +13,8 @@ from pydantic import Field
 
 from incremental_assets.defs.assets import pool_name
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
+from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.engine.maintenance import (
-    MaintenanceError,
     MaintenanceSettings,
     maintain_table,
 )

@@ -51,3 +51,49 @@ class DeleteGuardError(IncrementalLoadError):
     def __init__(self, table: str, message: str, fix: str, report: object):
         self.report = report
         super().__init__(table, message, fix)
+
+
+class SourceUnavailableError(IncrementalLoadError):
+    """The database could not be reached, or the connection broke: a retry may succeed."""
+
+    retryable = True
+
+
+class SourceAccessError(IncrementalLoadError):
+    """The database refused the login or the read (password, privileges, missing driver)."""
+
+
+class UnreadableFileError(IncrementalLoadError):
+    """A source file cannot be read; ``path`` names it (None when Spark did not say)."""
+
+    def __init__(self, table: str, path: str | None, message: str, fix: str):
+        self.path = path
+        super().__init__(table, message, fix)
+
+
+class UnreadableLogError(IncrementalLoadError):
+    """A Delta table's transaction log cannot be read; ``path`` names the log file."""
+
+    def __init__(self, table: str, path: str | None, message: str, fix: str):
+        self.path = path
+        super().__init__(table, message, fix)
+
+
+class OperationError(IncrementalLoadError):
+    """An operation on a table was refused; nothing was written."""
+
+
+class MaintenanceError(IncrementalLoadError):
+    """Maintenance was refused; nothing was changed by the refused step."""
+
+
+# Not about one table's load: Spark cannot start without the jars; a landing folder that
+# cannot be listed is turned into a SourceNotFoundError by the landing loader.
+
+
+class JarsUnavailableError(RuntimeError):
+    """Delta Lake's jars could not be found or fetched."""
+
+
+class LandingListError(OSError):
+    """The folder could not be listed (missing bucket, credentials, endpoint)."""

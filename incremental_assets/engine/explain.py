@@ -22,11 +22,11 @@ from pyspark.sql.types import TimestampType
 from incremental_assets.engine import delta_io, predicates
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.errors import IncrementalLoadError
-from incremental_assets.engine.jdbc import JdbcSource, sql_condition
 from incremental_assets.engine.landing import pending_files
 from incremental_assets.engine.landing_folder import LandedFile
 from incremental_assets.engine.load import Probe, probe, window_rows
 from incremental_assets.engine.predicates import Range
+from incremental_assets.engine.sources.jdbc import JdbcSource, sql_condition
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import format_value, from_transaction_version
 from incremental_assets.engine.windows import LoadRequest

@@ -26,13 +26,11 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlparse
 
+from incremental_assets.engine.errors import JarsUnavailableError
+
 SCALA = "2.13"
 JARS_ENV = "INCREMENTAL_ASSETS_JARS"
 CACHE_ENV = "INCREMENTAL_ASSETS_JAR_CACHE"
-
-
-class JarsUnavailableError(RuntimeError):
-    """Delta Lake's jars could not be found or fetched."""
 
 
 def delta_package() -> str:

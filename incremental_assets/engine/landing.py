@@ -49,12 +49,11 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from incremental_assets.engine import delta_io, staging
 from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, SideTable
-from incremental_assets.engine.errors import SourceNotFoundError
+from incremental_assets.engine.errors import LandingListError, SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.landing_folder import (
     LandedFile,
     LandingFolder,
-    LandingListError,
     is_uri,
     spark_path,
 )

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
 
+from incremental_assets.engine.errors import LandingListError
 from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES
 
 _COPY_THREADS = 8
@@ -64,10 +65,6 @@ class LandedFile:
     @property
     def modified(self) -> datetime:
         return datetime.fromtimestamp(self.mtime_ns / 1e9, tz=timezone.utc)
-
-
-class LandingListError(OSError):
-    """The folder could not be listed (missing bucket, credentials, endpoint)."""
 
 
 class LandingFolder:

@@ -31,14 +31,10 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
-from incremental_assets.engine.errors import IncrementalLoadError
+from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs.locations import SIDE_TABLES
 
 MAINTENANCE_KEY = "incremental_assets.maintenance"
-
-
-class MaintenanceError(IncrementalLoadError):
-    """Maintenance was refused; nothing was changed by the refused step."""
 
 
 @dataclass(frozen=True)

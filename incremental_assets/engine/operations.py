@@ -19,7 +19,7 @@ from deltalake.exceptions import CommitFailedError
 
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import NO_CURSOR, DeltaTarget, row_count
-from incremental_assets.engine.errors import IncrementalLoadError
+from incremental_assets.engine.errors import IncrementalLoadError, OperationError
 from incremental_assets.engine.watermarks import (
     ID_MIN,
     WatermarkValue,
@@ -32,10 +32,6 @@ from incremental_assets.specs import TableSpec
 
 # Commits read to find the latest rewind (the last load is found however far back).
 _RECENT = 50
-
-
-class OperationError(IncrementalLoadError):
-    """An operation on a table was refused; nothing was written."""
 
 
 @dataclass(frozen=True)

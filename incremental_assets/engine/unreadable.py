@@ -14,27 +14,11 @@ from dataclasses import dataclass
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
-from incremental_assets.engine.errors import IncrementalLoadError
+from incremental_assets.engine.errors import UnreadableFileError, UnreadableLogError
 
 _FILE = re.compile(r"while reading file (\S+?)\.?(?:\s|$)")
 _NANOS = re.compile(r"Illegal Parquet type: INT64 \(TIMESTAMP\(NANOS")
 _CAUSE = re.compile(r"^Caused by: [\w.$]+(?:Exception|Error): (.+)$", re.MULTILINE)
-
-
-class UnreadableFileError(IncrementalLoadError):
-    """A source file cannot be read; ``path`` names it (None when Spark did not say)."""
-
-    def __init__(self, table: str, path: str | None, message: str, fix: str):
-        self.path = path
-        super().__init__(table, message, fix)
-
-
-class UnreadableLogError(IncrementalLoadError):
-    """A Delta table's transaction log cannot be read; ``path`` names the log file."""
-
-    def __init__(self, table: str, path: str | None, message: str, fix: str):
-        self.path = path
-        super().__init__(table, message, fix)
 
 
 @dataclass(frozen=True)

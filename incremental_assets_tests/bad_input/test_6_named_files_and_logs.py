@@ -16,7 +16,7 @@ import yaml
 
 from incremental_assets import cli
 from incremental_assets.engine import DeltaTarget, run_load
-from incremental_assets.engine.unreadable import UnreadableFileError, UnreadableLogError
+from incremental_assets.engine.errors import UnreadableFileError, UnreadableLogError
 from incremental_assets.specs import SpecError, load_project
 from incremental_assets_tests.conftest import (
     ORDERS,

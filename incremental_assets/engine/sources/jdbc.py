@@ -41,10 +41,12 @@ from incremental_assets.engine import predicates, transforms
 from incremental_assets.engine.errors import (
     IncrementalLoadError,
     SchemaMismatchError,
+    SourceAccessError,
     SourceNotFoundError,
+    SourceUnavailableError,
 )
 from incremental_assets.engine.predicates import Part, Range
-from incremental_assets.engine.sources import Source
+from incremental_assets.engine.sources.base import Source
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
     WatermarkValue,
@@ -70,20 +72,14 @@ _TRANSIENT_TEXT = re.compile(
 )
 
 
-class SourceUnavailableError(IncrementalLoadError):
-    """The database could not be reached, or the connection broke: a retry may succeed."""
-
-    retryable = True
-
-
-class SourceAccessError(IncrementalLoadError):
-    """The database refused the login or the read (password, privileges, missing driver)."""
-
-
 class JdbcSource(Source):
     """One table of a database, opened once per run (its schema is read at open)."""
 
     remote = True
+
+    @classmethod
+    def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
+        return cls(spark, table, spec)
 
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
         super().__init__(table, spec)

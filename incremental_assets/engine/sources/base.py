@@ -1,0 +1,101 @@
+"""The interface every source implements, and what the kinds share.
+
+A source gives the raw DataFrame for a window (pruned where the format allows, the filter
+itself applied by the caller so Spark pushes it down), and the source's clock.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from incremental_assets.engine import predicates
+from incremental_assets.engine.predicates import Part
+from incremental_assets.engine.transforms import quote, to_utc_instants
+from incremental_assets.engine.watermarks import (
+    WatermarkKind,
+    WatermarkValue,
+    from_transaction_version,
+)
+from incremental_assets.specs import SourceSpec
+
+
+class Source(ABC):
+    """A table's source, opened once per run: a Delta source pins its snapshot at open."""
+
+    # Whether each read is work for another system (a database): a run then reads its
+    # window once, into its staging folder, rather than once per Spark job.
+    remote = False
+
+    def __init__(self, table: str, spec: SourceSpec):
+        self.table = table
+        self.spec = spec
+
+    @classmethod
+    @abstractmethod
+    def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
+        """Open ``table``'s source for one run (``storage``: the object-store options, for
+        the kinds that read them)."""
+
+    @property
+    @abstractmethod
+    def schema(self) -> StructType: ...
+
+    @abstractmethod
+    def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
+        """Rows that may fall in ``raw_parts`` (all rows when None); not yet filtered."""
+
+    def high_water(
+        self, part: Part, kind: WatermarkKind, max_rows: int | None = None
+    ) -> WatermarkValue | None:
+        """The highest watermark among the rows of ``part`` (a probe part: one range on the
+        watermark column, with a tie-break column for hybrid watermarks), or None. For a
+        hybrid watermark with ``max_rows``: the last of the first ``max_rows`` rows in
+        (time, id) order, so the next run continues right after it."""
+        (probe,) = part
+        column, tiebreak, zone = probe.column, probe.tiebreak, self.spec.timezone
+        types = {f.name: f.dataType for f in self.schema.fields}
+        df = (
+            self.read(predicates.to_source_ranges([part], types, zone))
+            .select(column, *([tiebreak] if tiebreak else []))
+            .filter(predicates.to_source_filter([part], types, zone))
+            .transform(to_utc_instants(zone))
+            .filter(predicates.to_filter([part]))
+        )
+        value = F.col(quote(column))
+        if kind in ("timestamp", "hybrid"):
+            # Collect microseconds, not datetimes: PySpark turns timestamps into naive
+            # values in the Python process's local zone.
+            value = F.unix_micros(value)
+        if tiebreak is None:
+            high = df.agg(F.max(value).alias("hw")).collect()[0]["hw"]
+            return None if high is None else from_transaction_version(int(high), kind)
+        if max_rows:
+            df = df.orderBy(column, tiebreak).limit(max_rows)
+        pair = F.struct(value.alias("t"), F.col(quote(tiebreak)).alias("i"))
+        high = df.agg(F.max(pair).alias("hw")).collect()[0]["hw"]
+        if high is None:
+            return None
+        time = from_transaction_version(int(high["t"]), "hybrid")
+        assert isinstance(time, datetime)
+        return (time, int(high["i"]))
+
+    def count_nulls(self, column: str) -> int:
+        """Rows whose ``column`` is null (Parquet answers from row-group statistics)."""
+        return self.read().filter(F.col(quote(column)).isNull()).count()
+
+    def clock(self) -> datetime:
+        """The source's current time, against which settle lag and lag are measured."""
+        return datetime.now(timezone.utc)
+
+    def describe(self) -> str:
+        return f"{self.spec.format} {self.spec.path}"
+
+
+def first_line(exc: Exception) -> str:
+    """The first line of an exception's text (its type when it has none)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,108 @@
+"""Folders of Parquet, CSV or JSON-lines files as sources."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException, PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
+from incremental_assets.engine.predicates import Part
+from incremental_assets.engine.sources.base import Source, first_line
+from incremental_assets.engine.unreadable import source_file_error
+from incremental_assets.specs import SourceSpec
+
+_URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
+
+
+class FileSource(Source):
+    @classmethod
+    def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
+        return cls(spark, table, spec)
+
+    def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
+        super().__init__(table, spec)
+        self._spark = spark
+        if spec.format == "parquet" and os.path.isdir(os.path.join(spec.path, "_delta_log")):
+            raise SourceNotFoundError(
+                table,
+                f"{spec.path} is a Delta table: read as plain Parquet it would include files "
+                "the table has replaced.",
+                "set source.format: delta",
+            )
+        if not spec.path.startswith(_URI) and not os.path.exists(spec.path):
+            raise SourceNotFoundError(
+                table,
+                f"source folder {spec.path} does not exist.",
+                "create it, or correct source.path in the table spec",
+            )
+        try:
+            self._df = self._reader().load(spec.path)
+        except (AnalysisException, PySparkException, Py4JJavaError) as exc:
+            if "CANNOT_MERGE_SCHEMAS" in str(exc):
+                column, types = _conflicting_column(str(exc))
+                raise SchemaMismatchError(
+                    table,
+                    column,
+                    f"the files under {spec.path} disagree on the type of column "
+                    f"'{column}' ({' vs '.join(types)}).",
+                    "rewrite or remove the files with the changed type (a type change is "
+                    "never applied silently)",
+                ) from None
+            unreadable = source_file_error(table, spec.path, exc)
+            if unreadable is not None:
+                raise unreadable from None
+            raise SourceNotFoundError(
+                table,
+                f"cannot read {spec.format} files at {spec.path}: {first_line(exc)}.",
+                "check source.path and source.format (and source.schema for CSV/JSON)",
+            ) from None
+
+    def _reader(self):
+        reader = self._spark.read.format(self.spec.format)
+        options = dict(self.spec.options)
+        if self.spec.format == "csv":
+            options.setdefault("header", "true")
+        if self.spec.format == "parquet":
+            # Every file's schema, not the first file's: a column added or retyped in newer
+            # files must be seen (and validated), not silently dropped.
+            options.setdefault("mergeSchema", "true")
+        reader = reader.options(**options)
+        if self.spec.schema_ddl:
+            reader = reader.schema(self.spec.schema_ddl)
+        return reader
+
+    @property
+    def schema(self) -> StructType:
+        return self._df.schema
+
+    def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
+        return self._df
+
+
+def _conflicting_column(message: str) -> tuple[str, list[str]]:
+    """The first column whose type differs between the two schemas Spark could not merge."""
+    schemas = [_top_level_fields(m) for m in re.findall(r'"STRUCT<(.*?)>"', message)]
+    if len(schemas) >= 2:
+        first, second = schemas[0], schemas[1]
+        for name, dtype in second.items():
+            if name in first and first[name] != dtype:
+                return name, [first[name].lower(), dtype.lower()]
+    return "-", []
+
+
+def _top_level_fields(body: str) -> dict[str, str]:
+    fields, depth, current = {}, 0, ""
+    for char in body + ",":
+        if char == "," and depth == 0:
+            name, _, dtype = current.strip().partition(":")
+            fields[name.strip().strip("`")] = dtype.strip()
+            current = ""
+            continue
+        depth += (char == "<") - (char == ">")
+        current += char
+    return fields
