@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from incremental_assets.demo.invoices import gold_from_silver, silver_from_bronze
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.errors import SchemaMismatchError
-from incremental_assets.engine.invoices import gold_from_silver, silver_from_bronze
 from incremental_assets.engine.landing import FileIndex, load_landing
 from incremental_assets.specs import TableSpec
 from incremental_assets_tests.test_landing import NOW, OLD, drop, invoice, landing_spec

@@ -7,11 +7,11 @@ import dagster as dg
 
 from incremental_assets.defs.assets import table_asset
 from incremental_assets.defs.connections import connection_resources
-from incremental_assets.defs.invoices import refined_layers
 from incremental_assets.defs.landing import landing_sensor
 from incremental_assets.defs.maintenance import maintenance_job, maintenance_schedule
 from incremental_assets.defs.partitions import partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_resource
+from incremental_assets.demo.invoice_assets import refined_layers
 from incremental_assets.specs import ProjectSpec
 
 

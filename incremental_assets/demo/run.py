@@ -25,7 +25,8 @@ import dagster as dg
 
 from incremental_assets.definitions import PROJECT_ROOT, tables_path
 from incremental_assets.defs.build import build_definitions
-from incremental_assets.defs.invoices import layer_names
+from incremental_assets.demo.invoice_assets import layer_names
+from incremental_assets.demo.invoices import daily_sales
 from incremental_assets.demo.shop_database import (
     ORDERS_TABLE,
     PASSWORD_ENV,
@@ -35,7 +36,6 @@ from incremental_assets.demo.shop_database import (
 )
 from incremental_assets.demo.simulator import INVOICE_DDL, SourceSimulator, day
 from incremental_assets.engine.delta_store import DeltaTarget
-from incremental_assets.engine.invoices import daily_sales
 from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import local_session

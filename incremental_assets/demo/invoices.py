@@ -1,4 +1,5 @@
-"""Invoices from bronze to silver and gold, each step reading only what changed.
+"""The demo's invoices from bronze to silver and gold, each step reading only what changed
+(built on :mod:`incremental_assets.engine.layers`).
 
 - silver: one row per invoice line, flattened, upserted by (InvoiceNumber, ItemCode). It
   reads from bronze only the data files added since the bronze version it last covered;
@@ -21,18 +22,23 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from datetime import date
 
 import pyarrow.dataset as pads
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
-from incremental_assets.engine.landing import loaded_files
+from incremental_assets.engine.layers import (
+    added_since,
+    covered_version,
+    covering_properties,
+    older_versions,
+    rewritten_files,
+)
 from incremental_assets.engine.transforms import quote
 from incremental_assets.specs.landing import FILE_ROW, FILE_VERSION, INGESTED_AT, SOURCE_FILE
 
@@ -50,29 +56,6 @@ class StepResult:
     version: int | None
     days: tuple[date, ...] = ()
     rows_deleted: int = 0
-
-
-def covered_version(target: DeltaTarget, upstream: DeltaTarget) -> int:
-    """The upstream version ``target`` last covered (-1 before its first run)."""
-    if not target.exists():
-        return -1
-    value = target.open().transaction_version(_app_id(target, upstream))
-    return -1 if value is None else int(value)
-
-
-def _app_id(target: DeltaTarget, upstream: DeltaTarget) -> str:
-    return f"incremental_assets/{target.table_name}#{upstream.table_name}"
-
-
-def added_since(spark: SparkSession, upstream: DeltaTarget, version: int) -> tuple[DataFrame, int]:
-    """Rows of the data files live now but not at ``version`` (all rows when -1): for an
-    append-only or merge-written table, a superset of the rows changed since."""
-    table = upstream.open()
-    now = delta_io.live_files(table).to_pylist()
-    if version >= 0:
-        before = {row["path"] for row in delta_io.live_files(upstream.open(version)).to_pylist()}
-        now = [row for row in now if row["path"] not in before]
-    return delta_io.read_files(spark, table, now), table.version()
 
 
 # Bronze columns silver reads (flattened or dropped); any other is a column files gained
@@ -171,7 +154,9 @@ def silver_from_bronze(spark: SparkSession, bronze: DeltaTarget, silver: DeltaTa
             # A line whose invoice moved to another day leaves its old day too.
             touched |= _days_held(spark, silver, spark.read.parquet(*dataset.files))
         touched = sorted(touched)
-        properties = _covering(silver, bronze, bronze_version, {TOUCHED: json.dumps(touched)})
+        properties = covering_properties(
+            silver, bronze, bronze_version, {TOUCHED: json.dumps(touched)}
+        )
         if not silver.exists():
             write_deltalake(
                 silver.path, dataset.scanner().to_reader(), commit_properties=properties
@@ -193,7 +178,7 @@ def silver_from_bronze(spark: SparkSession, bronze: DeltaTarget, silver: DeltaTa
         if rewritten:
             # Lines of an older version of a rewritten file that its newest version no
             # longer has: in the same commit as the upserts and the covered version.
-            merger = merger.when_not_matched_by_source_delete(_older_versions("t", rewritten))
+            merger = merger.when_not_matched_by_source_delete(older_versions("t", rewritten))
         metrics = merger.execute()
         written = int(metrics.get("num_target_rows_inserted", 0)) + int(
             metrics.get("num_target_rows_updated", 0)
@@ -201,37 +186,6 @@ def silver_from_bronze(spark: SparkSession, bronze: DeltaTarget, silver: DeltaTa
         deleted = int(metrics.get("num_target_rows_deleted", 0))
         version = silver.open().version()
         return StepResult(since, bronze_version, rows, written, version, rows_deleted=deleted)
-
-
-def rewritten_files(bronze: DeltaTarget, since: int) -> dict[str, str]:
-    """Files that bronze commits after version ``since`` loaded in a new version while an
-    earlier version of them was loaded before: path -> the newest version. Read from the
-    commits' file lists and the file index, not from the data."""
-    newest: dict[str, tuple[int, str]] = {}
-    table = bronze.open()
-    for load in bronze.loads(table, limit=max(table.version() - since, 0)):
-        if int(load["version"]) <= since:
-            continue
-        for path, version, _ in json.loads(load.get("files") or "[]"):
-            if path not in newest or newest[path][0] < int(load["version"]):
-                newest[path] = (int(load["version"]), version)
-    if not newest:
-        return {}
-    earlier: dict[str, set[str]] = {}
-    for path, version in loaded_files(bronze, record=False):
-        if path in newest:
-            earlier.setdefault(path, set()).add(version)
-    return {p: v for p, (_, v) in newest.items() if earlier.get(p, set()) - {v}}
-
-
-def _older_versions(alias: str, files: dict[str, str]) -> str:
-    def text(value: str) -> str:
-        return "'" + value.replace("'", "''") + "'"
-
-    return " OR ".join(
-        f"({alias}.{SOURCE_FILE} = {text(p)} AND {alias}.{FILE_VERSION} <> {text(v)})"
-        for p, v in sorted(files.items())
-    )
 
 
 def _days_held(spark: SparkSession, silver: DeltaTarget, lines: DataFrame) -> set[str]:
@@ -294,7 +248,7 @@ def gold_from_silver(spark: SparkSession, silver: DeltaTarget, gold: DeltaTarget
         return StepResult(since, silver_version, 0, 0, None)
     current = delta_io.read_files(spark, silver.open(silver_version))
     recomputed = daily_sales(current.filter(F.col(INVOICE_DATE).isin(days)))
-    properties = _covering(gold, silver, silver_version)
+    properties = covering_properties(gold, silver, silver_version)
     with _staged(recomputed) as (dataset, rows):
         if not gold.exists():
             write_deltalake(gold.path, dataset.scanner().to_reader(), commit_properties=properties)
@@ -325,20 +279,6 @@ def _touched_days(silver: DeltaTarget, since: int) -> list[date] | None:
             return None
         days.update(json.loads(listed))
     return [date.fromisoformat(d) for d in sorted(days)]
-
-
-def _covering(
-    target: DeltaTarget, upstream: DeltaTarget, version: int, extra: dict | None = None
-) -> CommitProperties:
-    now = int(time.time() * 1000)
-    return CommitProperties(
-        custom_metadata={
-            "incremental_assets.upstream": upstream.table_name,
-            "incremental_assets.upstream_version": str(version),
-            **(extra or {}),
-        },
-        app_transactions=[Transaction(_app_id(target, upstream), version, now)],
-    )
 
 
 class _staged:

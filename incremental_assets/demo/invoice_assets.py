@@ -1,5 +1,6 @@
-"""Silver and gold assets after an invoices bronze table (``landing.refine: invoices``):
-each materializes by itself once its upstream has new data (Dagster automation).
+"""The demo's silver and gold assets after an invoices bronze table (``landing.refine:
+invoices``): each materializes by itself once its upstream has new data (Dagster
+automation).
 
 (No ``from __future__ import annotations`` here: Dagster reads the context annotation.)
 """
@@ -7,8 +8,8 @@ each materializes by itself once its upstream has new data (Dagster automation).
 import dagster as dg
 
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
+from incremental_assets.demo.invoices import gold_from_silver, silver_from_bronze
 from incremental_assets.engine.delta_store import DeltaTarget, row_count
-from incremental_assets.engine.invoices import gold_from_silver, silver_from_bronze
 from incremental_assets.specs import ProjectSpec, TableSpec
 
 # Eager, but an unpartitioned layer after a partitioned bronze must not wait for every
