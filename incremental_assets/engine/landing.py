@@ -59,8 +59,8 @@ from incremental_assets.engine.landing_folder import (
     spark_path,
 )
 from incremental_assets.engine.landing_schema import csv_header, read_schema
-from incremental_assets.engine.load import LoadResult
-from incremental_assets.engine.strategies import merge_plan
+from incremental_assets.engine.load.result import LoadResult
+from incremental_assets.engine.merge_plan import merge_plan
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.windows import LoadRequest
 from incremental_assets.specs import TableSpec

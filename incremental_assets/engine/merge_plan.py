@@ -32,7 +32,7 @@ from incremental_assets.engine.changes import OP
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.transforms import ROW_HASH, quote
 
-Strategy = Literal["append", "upsert", "cdc", "snapshot", "scd2"]
+StrategyKind = Literal["append", "upsert", "cdc", "snapshot", "scd2"]
 Deletes = Literal["hard", "soft"]
 
 
@@ -41,7 +41,7 @@ class MergePlan:
     """The merge of a staged increment: join predicate and clauses, given the target's
     columns (the staged columns without the loader's ``_ia_op``)."""
 
-    strategy: Strategy
+    strategy: StrategyKind
     keys: tuple[str, ...]
     watermark: str
     predicate: str
@@ -106,7 +106,7 @@ def matching(columns: Sequence[str]) -> str:
 
 
 def merge_plan(
-    strategy: Strategy,
+    strategy: StrategyKind,
     keys: Sequence[str],
     watermark: str,
     deletes: Deletes = "hard",
