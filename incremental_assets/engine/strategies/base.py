@@ -25,7 +25,7 @@ from incremental_assets.engine import changes, predicates, quality, transforms, 
 from incremental_assets.engine.delta_store import DeltaTarget, TargetState
 from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.guards import GuardReport, OutOfRange, out_of_range
-from incremental_assets.engine.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.merge_plan import MergePlan
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.rows import (
@@ -59,6 +59,8 @@ class Strategy:
     kind: ClassVar[str]
     # True when each run reads the source's whole current state (no watermark window).
     reads_whole_source: ClassVar[bool] = False
+    # True when runs delete target rows, under the vanished-source guard (``delete_guard``).
+    guards_deletes: ClassVar[bool] = False
 
     def __init__(self, spec: TableSpec) -> None:
         self.spec = spec
@@ -211,8 +213,7 @@ class Strategy:
 
     def merge_plan(self) -> MergePlan:
         """How the table's increments merge (also used to replay its quarantine)."""
-        spec = self.spec
-        return merge_plan(self.kind, spec.keys, spec.watermark.column)  # type: ignore[arg-type]
+        raise NotImplementedError
 
     def record_beside_target(
         self, target: DeltaTarget, staged_path: str, logged_path: str | None

@@ -6,6 +6,7 @@ tombstone kept beside the table stops older changes from bringing it back) or so
 from __future__ import annotations
 
 import pyarrow.dataset as pads
+from deltalake.table import TableMerger
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine import changes
@@ -20,6 +21,7 @@ from incremental_assets.specs.strategies import CdcStrategy
 
 class Cdc(Strategy):
     kind = "cdc"
+    guards_deletes = True
 
     def __init__(self, spec: TableSpec) -> None:
         super().__init__(spec)
@@ -47,7 +49,15 @@ class Cdc(Strategy):
 
     def merge_plan(self) -> MergePlan:
         spec = self.spec
-        return merge_plan("cdc", spec.keys, spec.watermark.column, self.options.deletes)
+        deletes = self.options.deletes
+        return merge_plan(
+            spec.keys,
+            spec.watermark.column,
+            change_set_clauses,
+            deletes=deletes,
+            staged_only_columns=(changes.OP,),
+            tombstones=deletes == "hard",
+        )
 
     def record_beside_target(
         self, target: DeltaTarget, staged_path: str, logged_path: str | None
@@ -79,3 +89,20 @@ class Cdc(Strategy):
             soft=soft,
             upper_bound=True,
         )
+
+
+def change_set_clauses(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
+    """A change set (upserts and deletes by ``_ia_op``), newer changes winning."""
+    is_delete, is_upsert = f"s.{changes.OP} = 'D'", f"s.{changes.OP} = 'U'"
+    if plan.deletes == "hard":
+        return (
+            merger.when_matched_delete(predicate=f"{is_delete} AND ({plan.newer})")
+            .when_matched_update(updates=every, predicate=f"{is_upsert} AND ({plan.newer})")
+            .when_not_matched_insert(updates=every, predicate=is_upsert)
+        )
+    # Soft: the row stays, flagged; it is the tombstone. The delete's own values win (an
+    # image of the row at deletion, or nulls): never blended with older values, so the
+    # result does not depend on the order changes arrive in.
+    return merger.when_matched_update(updates=every, predicate=plan.newer).when_not_matched_insert(
+        updates=every
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from deltalake.table import TableMerger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -139,9 +140,14 @@ class Scd2(Strategy):
     # -- commit and result -----------------------------------------------------------------
 
     def merge_plan(self) -> MergePlan:
+        """Versions matched by key and ``valid_from``."""
         spec = self.spec
         return merge_plan(
-            "scd2", spec.keys, spec.watermark.column, valid_from=self.options.valid_from
+            spec.keys,
+            spec.watermark.column,
+            _versions,
+            staged_only_columns=(changes.OP, CHANGE),
+            identity=[*spec.keys, self.options.valid_from],
         )
 
     def record_beside_target(
@@ -160,6 +166,15 @@ class Scd2(Strategy):
         """The changes already in the change log (replays, duplicates)."""
         fresh = count_staged(logged_path) if logged_path else 0
         return max(extracted - fresh, 0)
+
+
+def _versions(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
+    """Versions written where they differ, removed where history no longer has them."""
+    return (
+        merger.when_matched_delete(predicate=f"s.{changes.OP} = 'D'")
+        .when_matched_update(updates=every, predicate=f"s.{changes.OP} = 'U'")
+        .when_not_matched_insert(updates=every, predicate=f"s.{changes.OP} = 'U'")
+    )
 
 
 def _of(rows: DataFrame, keys: DataFrame, names: list[str]) -> DataFrame:

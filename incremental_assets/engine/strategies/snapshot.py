@@ -13,9 +13,10 @@ from incremental_assets.engine import changes, transforms
 from incremental_assets.engine.delta_store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import DeleteGuard, GuardReport, OutOfRange
 from incremental_assets.engine.merge_plan import MergePlan, merge_plan
-from incremental_assets.engine.snapshots import snapshot_changes
+from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.base import Strategy, Transform, last_load_time
+from incremental_assets.engine.strategies.cdc import change_set_clauses
 from incremental_assets.engine.strategies.deletes import judge_deletes
 from incremental_assets.engine.strategies.rows import change_counts, staged
 from incremental_assets.engine.windows import LoadRequest, Window, snapshot_window
@@ -30,6 +31,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 class Snapshot(Strategy):
     kind = "snapshot"
     reads_whole_source = True
+    guards_deletes = True
 
     def __init__(self, spec: TableSpec) -> None:
         super().__init__(spec)
@@ -101,8 +103,15 @@ class Snapshot(Strategy):
         return diff.repartitionByRange(*[F.col(transforms.quote(k)) for k in spec.keys])
 
     def merge_plan(self) -> MergePlan:
+        """The diff lands as a change set ordered by the snapshot time."""
         spec = self.spec
-        return merge_plan("snapshot", spec.keys, spec.watermark.column, self.options.deletes)
+        return merge_plan(
+            spec.keys,
+            spec.watermark.column,
+            change_set_clauses,
+            deletes=self.options.deletes,
+            staged_only_columns=(changes.OP, CHANGE),
+        )
 
     def change_counts(self, staged_path: str) -> dict[str, int]:
         return change_counts(staged_path, SNAPSHOT_KINDS)
