@@ -24,6 +24,7 @@ from incremental_assets.defs.partitions import load_request, partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.landing import run_landing_load
 from incremental_assets.engine.sources.jdbc import failures_explained
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import ProjectSpec, TableSpec
@@ -47,6 +48,8 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
     target_path = project.target_path(spec)
     wm = spec.watermark
     connection = connection_of(spec)
+    # A landing folder has its own runner (engine/landing.py), picked here.
+    landing = spec.landing is not None
     # A database connection's password is its own resource, so only its tables need it.
     resource_keys = {"spark", "warehouse", *([resource_key(connection)] if connection else [])}
 
@@ -82,14 +85,20 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         unrecorded = _unrecorded_commits(context, target)
         try:
             with failures_explained(spec.name, run_spec.source):
-                result = run_load(
-                    session,
-                    run_spec,
-                    target,
-                    request,
-                    source_storage=warehouse.storage_options(),
-                    staging_dir=warehouse.staging_dir,
-                )
+                if landing:
+                    # A landing folder is loaded by file, not by watermark window.
+                    result = run_landing_load(
+                        session, run_spec, target, request, warehouse.staging_dir
+                    )
+                else:
+                    result = run_load(
+                        session,
+                        run_spec,
+                        target,
+                        request,
+                        source_storage=warehouse.storage_options(),
+                        staging_dir=warehouse.staging_dir,
+                    )
         except IncrementalLoadError as exc:
             raise dg.Failure(
                 description=str(exc),

@@ -7,6 +7,7 @@ import dagster as dg
 from incremental_assets.engine import checks, quality
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.load import LoadResult
+from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.specs import TableSpec
 
 KEYS_UNIQUE = "keys_unique"
@@ -179,7 +180,7 @@ def check_results(
 
 def _guarded(spec: TableSpec) -> bool:
     """Tables whose runs delete target rows, under the vanished-source guard."""
-    return spec.strategy.kind in ("cdc", "snapshot")
+    return strategy_for(spec).guards_deletes
 
 
 def _time_windowed(spec: TableSpec) -> bool:

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.changes import OP
 from incremental_assets.engine.errors import ConcurrentLoadError, TargetOwnedError
-from incremental_assets.engine.strategies import MergePlan, matching
+from incremental_assets.engine.merge_plan import MergePlan, matching
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (

@@ -58,8 +58,8 @@ from incremental_assets.engine.landing_folder import (
     spark_path,
 )
 from incremental_assets.engine.landing_schema import csv_header, read_schema
-from incremental_assets.engine.load import LoadResult
-from incremental_assets.engine.strategies import merge_plan
+from incremental_assets.engine.load.result import LoadResult
+from incremental_assets.engine.strategies.append import append_plan
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.windows import LoadRequest
 from incremental_assets.specs import TableSpec
@@ -505,7 +505,7 @@ def _commit(
     return target.commit(
         state,
         increment_path,
-        merge_plan("append", list(FILE_KEYS), INGESTED_AT),
+        append_plan(list(FILE_KEYS), INGESTED_AT),
         kind="timestamp",
         cursor_before=None,
         cursor_after=None,

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, quality, staging, transforms
 from incremental_assets.engine.delta_store import DeltaTarget, SideTable, Tombstones, row_count
-from incremental_assets.engine.strategies import MergePlan, matching
+from incremental_assets.engine.merge_plan import MergePlan, matching
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import TableSpec
 

@@ -1,0 +1,86 @@
+"""The commit phase of a run: side tables first, then the increment and the new cursor in
+one Delta commit."""
+
+from __future__ import annotations
+
+import os
+
+from incremental_assets.engine import quality
+from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, TargetState
+from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.guards import OutOfRange
+from incremental_assets.engine.load.stage import Extract
+from incremental_assets.engine.merge_plan import MergePlan
+from incremental_assets.engine.quarantine import Quarantine, identity_of
+from incremental_assets.engine.strategies import Strategy, strategy_for
+from incremental_assets.engine.watermarks import format_value
+from incremental_assets.engine.windows import LoadRequest, Window
+from incremental_assets.specs import TableSpec
+
+
+def merge_plan_of(spec: TableSpec) -> MergePlan:
+    """How the table's increments merge (also used to replay its quarantine)."""
+    return strategy_for(spec).merge_plan()
+
+
+def commit(
+    strategy: Strategy,
+    target: DeltaTarget,
+    state: TargetState,
+    request: LoadRequest,
+    window: Window,
+    extracted: Extract,
+    out_of_range: OutOfRange | None,
+) -> CommitResult:
+    """Record the side tables, then commit the staged increment with the new cursor and
+    the run's metadata."""
+    spec = strategy.spec
+    _record_beside_target(strategy, target, extracted)
+    crash_point("before_commit")
+    gaps, guard, report = extracted.gaps, extracted.guard, extracted.quality
+    return target.commit(
+        state,
+        extracted.staged_path,
+        strategy.merge_plan(),
+        kind=spec.watermark.kind,
+        cursor_before=window.cursor_before,
+        cursor_after=window.cursor_after,
+        metadata={
+            "run_id": request.run_id,
+            "partition": request.partition_label,
+            "partition_end": format_value(request.partition_end),
+            "mode": window.mode,
+            "window": window.describe(),
+            "cursor_before": format_value(window.cursor_before),
+            "cursor_after": format_value(window.cursor_after),
+            "watermark_kind": spec.watermark.kind,
+            "rows_extracted": extracted.rows_extracted,
+            "rows_staged": extracted.rows_staged,
+            "partition_high_water": format_value(extracted.partition_high_water),
+            **({"sequence_gaps": gaps.missing} if gaps else {}),
+            **(guard.metadata() if guard else {}),
+            **(out_of_range.metadata() if out_of_range else {}),
+            **({f"changes.{k}": v for k, v in extracted.changes.items()}),
+            **(_quality_metadata(report) if report else {}),
+        },
+        partition_by=list(spec.target.partition_by),
+        add_new_columns=spec.on_schema_change == "append_new_columns",
+    )
+
+
+def _record_beside_target(strategy: Strategy, target: DeltaTarget, extracted: Extract) -> None:
+    """Side tables are written before the target's commit: quarantined rows, and the
+    strategy's own (hard-delete tombstones, a history table's new changes). Each, left by a
+    run that died before its commit, is harmless to the re-run (see Quarantine, Tombstones
+    and ChangeLog)."""
+    if os.path.isdir(extracted.quarantined_path):
+        Quarantine(target).record(extracted.quarantined_path, identity_of(strategy.spec))
+    strategy.record_beside_target(target, extracted.staged_path, extracted.logged_path)
+
+
+def _quality_metadata(report: quality.QualityReport) -> dict:
+    return {
+        "quality_score": report.score,
+        "rows_quarantined": report.rows_quarantined,
+        **{f"rule.{name}": n for name, n in report.failures.items()},
+    }

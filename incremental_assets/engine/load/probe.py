@@ -1,0 +1,47 @@
+"""The probe phase of a run, which writes nothing (``explain`` stops after it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+
+from incremental_assets.engine import validation
+from incremental_assets.engine.delta_store import DeltaTarget, TargetState
+from incremental_assets.engine.guards import OutOfRange
+from incremental_assets.engine.sources import Source, open_source
+from incremental_assets.engine.strategies import strategy_for
+from incremental_assets.engine.windows import LoadRequest, Window
+from incremental_assets.specs import TableSpec
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a run knows before it reads a row: the opened source, the target's committed
+    state, the source's clock, and the window with the high-water mark captured."""
+
+    source: Source
+    state: TargetState
+    clock: datetime
+    window: Window
+    out_of_range: OutOfRange | None = None
+
+
+def probe(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    request: LoadRequest,
+    source_storage: Mapping[str, str] | None = None,
+) -> Probe:
+    """Open the source, check its columns, read the cursor from the target's Delta log,
+    plan the window and capture the source's high-water mark (as the strategy reads)."""
+    strategy = strategy_for(spec)
+    source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
+    validation.check_source_columns(spec, source.read([]).transform(strategy.shape()).schema)
+    state = target.state(spec.watermark.kind)
+    clock = source.clock()
+    window = strategy.plan_window(source, state, request, clock)
+    return Probe(source, state, clock, window, strategy.out_of_range(source, clock))

@@ -1,0 +1,136 @@
+"""The result phase of a run: what it did, for metadata and checks (``LoadResult``), and
+the time each phase took."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from incremental_assets.engine import quality
+from incremental_assets.engine.delta_store import CommitResult, TargetState
+from incremental_assets.engine.gaps import Gaps
+from incremental_assets.engine.guards import GuardReport, OutOfRange
+from incremental_assets.engine.sources import Source
+from incremental_assets.engine.watermarks import WatermarkValue, lag_seconds
+from incremental_assets.engine.windows import Window
+from incremental_assets.specs import TableSpec
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a run did, for metadata and checks. Counts come from the write itself."""
+
+    table: str
+    mode: str
+    window: str
+    cursor_before: WatermarkValue | None
+    cursor_after: WatermarkValue | None
+    high_water: WatermarkValue | None
+    rows_extracted: int
+    rows_staged: int
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    committed: bool
+    delta_version: int | None
+    lag_seconds: float | None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    files_added: int = 0
+    files_removed: int = 0
+    new_columns: tuple[str, ...] = ()
+    source: str = ""
+    gaps: Gaps | None = None
+    # Snapshot and history tables: staged change rows by kind (insert/change/vanish, or
+    # open/close/update/remove versions) and the rows that needed no write.
+    changes: dict[str, int] = field(default_factory=dict)
+    unchanged: int | None = None
+    quality: quality.QualityReport | None = None
+    # Landing tables: the files seen, loaded, waiting and quarantined (landing.LandingReport).
+    landing: object | None = None
+    # Snapshot and CDC tables: the deletes this run makes against the guard's limit.
+    guard: GuardReport | None = None
+    # Time watermarks: source rows no window can reach (before the start, far in the future).
+    out_of_range: OutOfRange | None = None
+
+    @property
+    def rows_unchanged(self) -> int:
+        if self.unchanged is not None:
+            return self.unchanged
+        # Staged rows the merge did not write (a CDC delete is staged and deletes a row).
+        return self.rows_staged - self.rows_inserted - self.rows_updated - self.rows_deleted
+
+    @property
+    def duplicates_in_batch(self) -> int:
+        """Extracted rows superseded by a newer row of their key in the same batch (or by a
+        tombstone); quarantined rows are counted apart."""
+        if self.unchanged is not None:
+            return 0
+        quarantined = self.quality.rows_quarantined if self.quality else 0
+        return self.rows_extracted - self.rows_staged - quarantined
+
+
+class Phases:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - start, 3)
+
+
+def result(
+    spec: TableSpec,
+    source: Source,
+    window: Window,
+    state: TargetState,
+    commit: CommitResult | None,
+    rows_extracted: int,
+    rows_staged: int,
+    clock: datetime,
+    phase: Phases,
+    started: float,
+    new_columns: tuple[str, ...] = (),
+    gaps: Gaps | None = None,
+    changes: dict[str, int] | None = None,
+    unchanged: int | None = None,
+    quality: quality.QualityReport | None = None,
+    guard: GuardReport | None = None,
+    out_of_range: OutOfRange | None = None,
+) -> LoadResult:
+    phase.seconds["total"] = round(time.perf_counter() - started, 3)
+    committed = bool(commit and commit.committed)
+    cursor_after = window.cursor_after if committed else window.cursor_before
+    return LoadResult(
+        table=spec.name,
+        mode=window.mode,
+        window=window.describe(),
+        cursor_before=window.cursor_before,
+        cursor_after=cursor_after,
+        high_water=window.high_water,
+        rows_extracted=rows_extracted,
+        rows_staged=rows_staged,
+        rows_inserted=commit.rows_inserted if commit else 0,
+        rows_updated=commit.rows_updated if commit else 0,
+        rows_deleted=commit.rows_deleted if commit else 0,
+        committed=committed,
+        delta_version=commit.version if commit else state.version,
+        lag_seconds=lag_seconds(cursor_after, clock),
+        phase_seconds=dict(phase.seconds),
+        files_added=commit.files_added if commit else 0,
+        files_removed=commit.files_removed if commit else 0,
+        new_columns=new_columns,
+        source=source.describe(),
+        gaps=gaps,
+        changes=dict(changes or {}),
+        unchanged=unchanged,
+        quality=quality,
+        guard=guard,
+        out_of_range=out_of_range,
+    )

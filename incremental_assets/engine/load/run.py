@@ -1,0 +1,111 @@
+"""One incremental load: probe -> window -> extract -> validate -> stage -> commit.
+
+Example:
+    >>> result = run_load(spark, spec, DeltaTarget(spec.name, path), request)  # doctest: +SKIP
+    >>> result.rows_inserted, result.cursor_after  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from pyspark.sql import SparkSession
+
+from incremental_assets.engine import staging
+from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.load.commit import commit
+from incremental_assets.engine.load.probe import probe
+from incremental_assets.engine.load.result import LoadResult, Phases, result
+from incremental_assets.engine.load.stage import extract
+from incremental_assets.engine.strategies import strategy_for
+from incremental_assets.engine.unreadable import naming_source_files
+from incremental_assets.engine.windows import LoadRequest
+from incremental_assets.specs import TableSpec
+
+Hook = Callable[[str], None]
+
+
+def run_load(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    request: LoadRequest,
+    *,
+    source_storage: Mapping[str, str] | None = None,
+    staging_dir: str | None = None,
+    hook: Hook | None = None,
+) -> LoadResult:
+    """Load one window of ``spec``'s source into ``target``, exactly once. (A landing
+    folder is loaded by file instead: ``engine.landing.run_landing_load``.)
+
+    ``hook`` is called with a phase name (``probed``, ``staged``, ``committed``) as the run
+    passes it; tests use it to change the source mid-run.
+
+    Raises:
+        IncrementalLoadError: bad source, schema or rows; nothing is committed.
+    """
+    hook = hook or (lambda _phase: None)
+    phase = Phases()
+    started = time.perf_counter()
+    strategy = strategy_for(spec)
+
+    source_path = spec.source.path or ""
+    with phase("probe"), naming_source_files(spec.name, source_path):
+        probed = probe(spark, spec, target, request, source_storage)
+    source, state, clock, window = probed.source, probed.state, probed.clock, probed.window
+    hook("probed")
+
+    if window.is_empty:
+        return result(
+            spec,
+            source,
+            window,
+            state,
+            None,
+            0,
+            0,
+            clock,
+            phase,
+            started,
+            out_of_range=probed.out_of_range,
+        )
+
+    stage_root = staging.create(spec.name, staging_dir)
+    try:
+        with phase("extract"), naming_source_files(spec.name, source_path):
+            extracted = extract(
+                spark, strategy, source, window, state, target, stage_root, request.run_id
+            )
+        hook("staged")
+        crash_point("after_extract")
+
+        with phase("commit"):
+            committed = commit(
+                strategy, target, state, request, window, extracted, probed.out_of_range
+            )
+        hook("committed")
+        crash_point("after_commit")
+    finally:
+        staging.remove(stage_root)
+
+    return result(
+        spec,
+        source,
+        window,
+        state,
+        committed,
+        extracted.rows_extracted,
+        extracted.rows_staged,
+        clock,
+        phase,
+        started,
+        new_columns=tuple(extracted.new_columns),
+        gaps=extracted.gaps,
+        changes=extracted.changes,
+        unchanged=extracted.unchanged,
+        quality=extracted.quality,
+        guard=extracted.guard,
+        out_of_range=probed.out_of_range,
+    )

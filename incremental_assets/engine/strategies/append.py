@@ -1,0 +1,27 @@
+"""``append``: a key not yet in the target is inserted; later versions of existing keys
+are ignored (insert-only sources, such as event logs)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from deltalake.table import TableMerger
+
+from incremental_assets.engine.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.strategies.base import Strategy
+
+
+class Append(Strategy):
+    kind = "append"
+
+    def merge_plan(self) -> MergePlan:
+        return append_plan(self.spec.keys, self.spec.watermark.column)
+
+
+def append_plan(keys: Sequence[str], watermark: str) -> MergePlan:
+    """The merge of an insert-only increment (also landing files into bronze)."""
+    return merge_plan(keys, watermark, _insert_new)
+
+
+def _insert_new(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
+    return merger.when_not_matched_insert(updates=every)

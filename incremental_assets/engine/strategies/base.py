@@ -1,0 +1,286 @@
+"""The interface every strategy implements, with the behaviour of a table read by
+watermark window and reduced to the newest row per key (append and upsert use it as is).
+
+The run (``engine.load``) calls these methods in phase order and never asks which
+strategy it holds: probe (``plan_window``, ``out_of_range``), extract and stage
+(``window_rows``, ``stage``), commit (``record_beside_target``, ``merge_plan``) and
+result (``change_counts``, ``unchanged``, ``delete_guard``).
+
+Example:
+    >>> strategy = strategy_for(spec)  # doctest: +SKIP
+    >>> staged = strategy.stage(spark, strategy.window_rows(source, window), ...)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.engine import changes, predicates, quality, transforms, validation
+from incremental_assets.engine.delta_store import DeltaTarget, TargetState
+from incremental_assets.engine.errors import NullValuesError
+from incremental_assets.engine.guards import GuardReport, OutOfRange, out_of_range
+from incremental_assets.engine.merge_plan import MergePlan
+from incremental_assets.engine.snapshots import CHANGE
+from incremental_assets.engine.sources import Source
+from incremental_assets.engine.strategies.rows import (
+    checked,
+    divert,
+    fail_on_bad_rows,
+    observed,
+    staged,
+)
+from incremental_assets.engine.watermarks import WatermarkValue, parse_value
+from incremental_assets.engine.windows import LoadRequest, Window, WindowPolicy, plan_window
+from incremental_assets.specs import TableSpec
+
+Transform = Callable[[DataFrame], DataFrame]
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What staging a window left: the counts observed as the rows were written, the
+    columns new to the target, and (history tables) the path of the change-log events new
+    to the log. The increment itself is at ``<stage_root>/increment``."""
+
+    observed: dict
+    new_columns: list[str]
+    logged_path: str | None = None
+
+
+class Strategy:
+    """How one table's increments are read, reduced, recorded and merged."""
+
+    kind: ClassVar[str]
+    # True when each run reads the source's whole current state (no watermark window).
+    reads_whole_source: ClassVar[bool] = False
+    # True when runs delete target rows, under the vanished-source guard (``delete_guard``).
+    guards_deletes: ClassVar[bool] = False
+
+    def __init__(self, spec: TableSpec) -> None:
+        self.spec = spec
+
+    # -- probe -----------------------------------------------------------------------------
+
+    def plan_window(
+        self, source: Source, state: TargetState, request: LoadRequest, clock: datetime
+    ) -> Window:
+        """The run's window, with the source's high-water mark captured."""
+        spec = self.spec
+        window = plan_window(
+            window_policy(spec),
+            state.cursor,
+            request,
+            clock,
+            partition_high_water=last_load_time(state, "partition_high_water"),
+        )
+        _fail_on_null_watermarks(spec, source)
+        return window.with_high_water(_high_water(spec, source, window))
+
+    def out_of_range(self, source: Source, clock: datetime) -> OutOfRange | None:
+        """Time watermarks: source rows no window can reach."""
+        spec = self.spec
+        if not spec.watermark.is_time:
+            return None
+        zone = spec.source.timezone
+        return out_of_range(source, spec.watermark.column, spec.partitioning.start, clock, zone)
+
+    # -- the window's rows -----------------------------------------------------------------
+
+    def shape(self, taken_at: datetime | None = None) -> Transform:
+        """The strategy's reshaping of raw source rows."""
+        return lambda df: df
+
+    def hash_excludes(self, columns: list[str]) -> tuple[str, ...]:
+        """Columns the row hash ignores."""
+        return ()
+
+    def flagged(self, df: DataFrame) -> DataFrame:
+        """Columns added after the row hash (so a replay hashes the same)."""
+        return df
+
+    def prepared(self, taken_at: datetime | None = None) -> Transform:
+        """Raw source rows as the loader lands them: reshaped by the strategy, timestamps as
+        UTC instants, keys and watermark first, the row hash, then ``flagged``."""
+        spec = self.spec
+
+        def transform(df: DataFrame) -> DataFrame:
+            df = (
+                df.transform(self.shape(taken_at))
+                .transform(transforms.to_utc_instants(spec.source.timezone))
+                .transform(transforms.ordered_columns(spec.keys, spec.watermark.column))
+            )
+            df = df.transform(transforms.with_row_hash(self.hash_excludes(df.columns)))
+            return self.flagged(df)
+
+        return transform
+
+    def window_rows(self, source: Source, window: Window) -> DataFrame:
+        """The source rows of the window, prepared."""
+        spec = self.spec
+        wm, part_col = spec.watermark.column, spec.partition_column
+        parts = predicates.window_parts(window, wm, part_col, spec.watermark.tiebreak)
+        types = {f.name: f.dataType for f in source.schema.fields}
+        zone = spec.source.timezone
+        raw = source.read(predicates.to_source_ranges(parts, types, zone))
+        return (
+            raw.filter(predicates.to_source_filter(parts, types, zone))
+            .transform(self.prepared())
+            .filter(predicates.to_filter(parts))
+        )
+
+    # -- stage -----------------------------------------------------------------------------
+
+    def stage(
+        self,
+        spark: SparkSession,
+        rows: DataFrame,
+        window: Window,
+        state: TargetState,
+        target: DeltaTarget,
+        stage_root: str,
+        run_id: str,
+        remote: bool,
+    ) -> Staged:
+        """Check, count and reduce the window's ``rows`` to the increment, staged at
+        ``<stage_root>/increment``; rows failing a quarantine rule are staged apart."""
+        spec = self.spec
+        key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
+        rows = checked(spec, rows)
+        staged_first = (
+            self.reads_whole_source
+            or remote
+            or any(r.action == "quarantine" for r in spec.quality.rules)
+        )
+        if staged_first:
+            rows, observation = observed(spec, rows)
+            if remote and not self.reads_whole_source:
+                # Range partitioning samples its input in a job of its own before the write.
+                rows = staged(rows, stage_root, "window")
+            rows = divert(spark, spec, rows, stage_root, run_id)
+        else:
+            # Observed above the range shuffle: the shuffle's sampling job runs the plan
+            # below it once more, and an observation there would count every row twice.
+            rows, observation = observed(spec, rows.repartitionByRange(*key_columns))
+            rows = rows.drop(quality.FAILED)
+        increment = self.reduce(spark, rows, staged_first, window, state, target, stage_root)
+        new_columns: list[str] = []
+        if state.schema is not None:
+            incoming = increment.drop(changes.OP, CHANGE)
+            new_columns = validation.check_against_target(spec, incoming.schema, state.schema)
+        increment = increment.sortWithinPartitions(*key_columns)
+        increment.write.mode("overwrite").parquet(f"{stage_root}/increment")
+        counts = observation.get
+        fail_on_bad_rows(spec, counts)
+        return Staged(counts, new_columns)
+
+    def reduce(
+        self,
+        spark: SparkSession,
+        rows: DataFrame,
+        staged_first: bool,
+        window: Window,
+        state: TargetState,
+        target: DeltaTarget,
+        stage_root: str,
+    ) -> DataFrame:
+        """The window's checked rows reduced to the increment: the newest row per key."""
+        spec = self.spec
+        key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
+        # Range-partition by key (one shuffle serves both the per-key window and the
+        # layout): each staged file, and so each file the merge writes, covers a narrow key
+        # range, which is what lets later merges skip target files by their statistics.
+        if staged_first:
+            rows = rows.repartitionByRange(*key_columns)
+        increment = rows.transform(transforms.newest_per_key(spec.keys, spec.watermark.column))
+        tombstones = self.tombstones(spark, target)
+        if tombstones is not None:
+            increment = changes.not_older_than_tombstones(
+                increment, tombstones, spec.keys, spec.watermark.column
+            )
+        return increment
+
+    def tombstones(self, spark: SparkSession, target: DeltaTarget) -> DataFrame | None:
+        """Deletes kept beside the target that older changes must not undo."""
+        return None
+
+    # -- commit ----------------------------------------------------------------------------
+
+    def merge_plan(self) -> MergePlan:
+        """How the table's increments merge (also used to replay its quarantine)."""
+        raise NotImplementedError
+
+    def record_beside_target(
+        self, target: DeltaTarget, staged_path: str, logged_path: str | None
+    ) -> None:
+        """Side tables written before the target's commit (tombstones, a change log)."""
+
+    # -- result ----------------------------------------------------------------------------
+
+    def change_counts(self, staged_path: str) -> dict[str, int]:
+        """Staged rows by kind of change (snapshot and history tables)."""
+        return {}
+
+    def unchanged(
+        self, extracted: int, counts: dict[str, int], logged_path: str | None
+    ) -> int | None:
+        """Rows that needed no write, when the strategy knows them apart."""
+        return None
+
+    def delete_guard(
+        self,
+        spark: SparkSession,
+        state: TargetState,
+        target: DeltaTarget,
+        rows_extracted: int,
+        staged_path: str,
+    ) -> GuardReport | None:
+        """Judge the run's deletes before anything is written; raises DeleteGuardError."""
+        return None
+
+
+def window_policy(spec: TableSpec) -> WindowPolicy:
+    return WindowPolicy(
+        kind=spec.watermark.kind,
+        lookback=spec.watermark.lookback,
+        settle_lag=spec.watermark.settle_lag,
+        partitions_cut_watermark=spec.partitions_cut_watermark,
+        history_start=spec.partitioning.start,
+    )
+
+
+def last_load_time(state: TargetState, name: str) -> datetime | None:
+    """A time the last load recorded in its commit metadata (None when absent)."""
+    text = state.last_load.get(name)
+    if not text or text == "-":
+        return None
+    value = parse_value(text, "timestamp")
+    assert isinstance(value, datetime)
+    return value
+
+
+def _fail_on_null_watermarks(spec: TableSpec, source: Source) -> None:
+    # A row with no watermark can never enter a window: fail rather than skip it silently.
+    column = spec.watermark.column
+    count = source.count_nulls(column)
+    if count:
+        raise NullValuesError(
+            spec.name,
+            {column: count},
+            f"fill '{column}' in the source (rows without a watermark can never be "
+            "loaded incrementally)",
+        )
+
+
+def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkValue | None:
+    """The source's high-water mark, captured before extraction: max watermark above the
+    cursor and below the cap, or None when no such row exists."""
+    if not window.incremental:
+        return None
+    part = predicates.probe_part(window, spec.watermark.column, spec.watermark.tiebreak)
+    return source.high_water(part, spec.watermark.kind, spec.watermark.max_rows)

@@ -1,0 +1,108 @@
+"""``cdc``: a change feed (insert/update/delete with a sequence, the watermark column),
+merged as upsert ordered by the sequence, with deletes: hard (the row is removed; a
+tombstone kept beside the table stops older changes from bringing it back) or soft
+(``is_deleted``/``deleted_at``, with the delete's own values; the row is the tombstone)."""
+
+from __future__ import annotations
+
+import pyarrow.dataset as pads
+from deltalake.table import TableMerger
+from pyspark.sql import DataFrame, SparkSession
+
+from incremental_assets.engine import changes
+from incremental_assets.engine.delta_store import DeltaTarget, TargetState, Tombstones
+from incremental_assets.engine.guards import DeleteGuard, GuardReport
+from incremental_assets.engine.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.strategies.base import Strategy, Transform
+from incremental_assets.engine.strategies.deletes import judge_deletes
+from incremental_assets.specs import TableSpec
+from incremental_assets.specs.strategies import CdcStrategy
+
+
+class Cdc(Strategy):
+    kind = "cdc"
+    guards_deletes = True
+
+    def __init__(self, spec: TableSpec) -> None:
+        super().__init__(spec)
+        # The feed's settings: the strategy itself, or an scd2 table's ``changes``.
+        feed = spec.feed
+        assert isinstance(feed, CdcStrategy)
+        self.options = feed
+
+    def shape(self, taken_at=None) -> Transform:
+        """Feed rows become rows plus an operation."""
+        spec = self.spec
+        keep = (spec.watermark.column, spec.partition_column)
+        return changes.normalize(spec.name, self.options, keep)
+
+    def flagged(self, df: DataFrame) -> DataFrame:
+        """Soft deletes: the flags, added after the hash so a replay hashes the same."""
+        if self.options.deletes == "soft":
+            return df.transform(changes.soft_delete_columns(self.spec.partition_column))
+        return df
+
+    def tombstones(self, spark: SparkSession, target: DeltaTarget) -> DataFrame | None:
+        if self.options.deletes == "hard":
+            return Tombstones(target).to_spark(spark)
+        return None
+
+    def merge_plan(self) -> MergePlan:
+        spec = self.spec
+        deletes = self.options.deletes
+        return merge_plan(
+            spec.keys,
+            spec.watermark.column,
+            change_set_clauses,
+            deletes=deletes,
+            staged_only_columns=(changes.OP,),
+            tombstones=deletes == "hard",
+        )
+
+    def record_beside_target(
+        self, target: DeltaTarget, staged_path: str, logged_path: str | None
+    ) -> None:
+        """Hard deletes: their tombstones."""
+        plan = self.merge_plan()
+        if plan.tombstones:
+            staged = pads.dataset(staged_path, format="parquet")
+            Tombstones(target).record(staged, list(plan.keys), plan.watermark)
+
+    def delete_guard(
+        self,
+        spark: SparkSession,
+        state: TargetState,
+        target: DeltaTarget,
+        rows_extracted: int,
+        staged_path: str,
+    ) -> GuardReport | None:
+        guard = DeleteGuard(self.options.max_delete_share)
+        soft = self.options.deletes == "soft"
+        return judge_deletes(
+            spark,
+            self.spec,
+            guard,
+            state,
+            target,
+            rows_extracted,
+            staged_path,
+            soft=soft,
+            upper_bound=True,
+        )
+
+
+def change_set_clauses(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
+    """A change set (upserts and deletes by ``_ia_op``), newer changes winning."""
+    is_delete, is_upsert = f"s.{changes.OP} = 'D'", f"s.{changes.OP} = 'U'"
+    if plan.deletes == "hard":
+        return (
+            merger.when_matched_delete(predicate=f"{is_delete} AND ({plan.newer})")
+            .when_matched_update(updates=every, predicate=f"{is_upsert} AND ({plan.newer})")
+            .when_not_matched_insert(updates=every, predicate=is_upsert)
+        )
+    # Soft: the row stays, flagged; it is the tombstone. The delete's own values win (an
+    # image of the row at deletion, or nulls): never blended with older values, so the
+    # result does not depend on the order changes arrive in.
+    return merger.when_matched_update(updates=every, predicate=plan.newer).when_not_matched_insert(
+        updates=every
+    )

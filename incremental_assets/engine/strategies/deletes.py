@@ -1,0 +1,61 @@
+"""The guard shared by strategies that delete target rows (cdc, snapshot): a run that
+would delete more than ``strategy.max_delete_share`` of the live rows is refused."""
+
+from __future__ import annotations
+
+import pyarrow.dataset as pads
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.engine import changes
+from incremental_assets.engine.delta_store import DeltaTarget, TargetState, row_count
+from incremental_assets.engine.guards import DeleteGuard, GuardReport
+from incremental_assets.specs import TableSpec
+
+
+def judge_deletes(
+    spark: SparkSession,
+    spec: TableSpec,
+    guard: DeleteGuard,
+    state: TargetState,
+    target: DeltaTarget,
+    rows_extracted: int,
+    staged_path: str,
+    *,
+    soft: bool,
+    upper_bound: bool,
+) -> GuardReport:
+    """Judge the run's deletes against ``guard`` before anything is written (raises
+    DeleteGuardError). ``upper_bound``: the staged deletes may name keys the target does
+    not hold (a feed's), so a count over the limit is made exact before judging."""
+    if not state.exists:
+        return guard.judge(spec.name, rows_extracted, 0, 0)
+    staged = pads.dataset(staged_path, format="parquet")
+    # Staged deletes: a snapshot's vanished rows (live target keys, exact); a feed's newest
+    # change per key when it is a delete (an upper bound: its key may not be in the target).
+    deleting = staged.count_rows(filter=pads.field(changes.OP) == "D")
+    live = _live_rows(spark, target, state, soft=soft and bool(deleting or not rows_extracted))
+    if deleting and live and deleting / live > guard.limit and upper_bound:
+        deleting = _deletes_of_live_keys(spark, spec, target, staged_path, soft)
+    return guard.judge(spec.name, rows_extracted, deleting, live)
+
+
+def _live_rows(spark: SparkSession, target: DeltaTarget, state: TargetState, soft: bool) -> int:
+    """The target's rows (from the Delta log's statistics), less soft-deleted ones when
+    ``soft`` (counted by Spark: only when the run deletes, or its snapshot is empty)."""
+    assert state.table is not None
+    if not soft:
+        return row_count(state.table)
+    flag = F.coalesce(F.col(changes.IS_DELETED), F.lit(False))
+    return target.to_spark(spark).filter(~flag).count()
+
+
+def _deletes_of_live_keys(
+    spark: SparkSession, spec: TableSpec, target: DeltaTarget, staged_path: str, soft: bool
+) -> int:
+    """The staged deletes whose key is live in the target: what the merge would delete."""
+    deletes = spark.read.parquet(staged_path).filter(F.col(changes.OP) == "D").select(*spec.keys)
+    live = target.to_spark(spark)
+    if soft:
+        live = live.filter(~F.coalesce(F.col(changes.IS_DELETED), F.lit(False)))
+    return deletes.join(live.select(*spec.keys), list(spec.keys), "left_semi").count()

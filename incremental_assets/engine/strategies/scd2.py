@@ -1,0 +1,199 @@
+"""``scd2``: a history target. The window's changes (delivered as upsert rows, a CDC feed
+or a snapshot: the strategy of its ``changes`` reads them) are kept in a change log beside
+the target; the versions of touched keys are recomputed from it (``engine.history``) and
+matched by key and ``valid_from``: written where they differ, removed where history no
+longer has them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from deltalake.table import TableMerger
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from incremental_assets.engine import changes, delta_io, history, quality, transforms, validation
+from incremental_assets.engine.delta_store import ChangeLog, DeltaTarget, TargetState
+from incremental_assets.engine.guards import OutOfRange
+from incremental_assets.engine.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
+from incremental_assets.engine.sources import Source
+from incremental_assets.engine.strategies.base import Staged, Strategy, Transform
+from incremental_assets.engine.strategies.cdc import Cdc
+from incremental_assets.engine.strategies.rows import (
+    change_counts,
+    checked,
+    count_staged,
+    fail_on_bad_rows,
+    observed,
+    staged,
+)
+from incremental_assets.engine.strategies.snapshot import Snapshot
+from incremental_assets.engine.strategies.upsert import Upsert
+from incremental_assets.engine.windows import LoadRequest, Window
+from incremental_assets.specs import TableSpec
+from incremental_assets.specs.models import SNAPSHOT_AT
+from incremental_assets.specs.strategies import Scd2Strategy
+
+# The strategies that can deliver a history table's changes, by ``changes.kind``.
+_DELIVERIES: dict[str, type[Strategy]] = {s.kind: s for s in (Upsert, Cdc, Snapshot)}
+HISTORY_KINDS = ("open", "close", "update", "remove")
+
+
+class Scd2(Strategy):
+    kind = "scd2"
+
+    def __init__(self, spec: TableSpec) -> None:
+        super().__init__(spec)
+        options = spec.history
+        assert isinstance(options, Scd2Strategy)
+        self.options = options
+        # How the source delivers the changes: that strategy reads the window's rows.
+        self.changes = _DELIVERIES[options.changes.kind](spec)
+
+    # -- reading: as the strategy of the changes -------------------------------------------
+
+    def plan_window(
+        self, source: Source, state: TargetState, request: LoadRequest, clock: datetime
+    ) -> Window:
+        return self.changes.plan_window(source, state, request, clock)
+
+    def out_of_range(self, source: Source, clock: datetime) -> OutOfRange | None:
+        return self.changes.out_of_range(source, clock)
+
+    def shape(self, taken_at: datetime | None = None) -> Transform:
+        return self.changes.shape(taken_at)
+
+    def hash_excludes(self, columns: list[str]) -> tuple[str, ...]:
+        return self.changes.hash_excludes(columns)
+
+    def flagged(self, df: DataFrame) -> DataFrame:
+        return self.changes.flagged(df)
+
+    def window_rows(self, source: Source, window: Window) -> DataFrame:
+        return self.changes.window_rows(source, window)
+
+    # -- stage -----------------------------------------------------------------------------
+
+    def stage(
+        self,
+        spark: SparkSession,
+        rows: DataFrame,
+        window: Window,
+        state: TargetState,
+        target: DeltaTarget,
+        stage_root: str,
+        run_id: str,
+        remote: bool,
+    ) -> Staged:
+        """Stage a history table's run in two steps: the window's change events, then,
+        from them, the versions to write (``increment``) and the events new to the change
+        log (``new_changes``)."""
+        spec = self.spec
+        scd2 = self.options
+        if self.changes.reads_whole_source:
+            current = None
+            if state.exists:
+                live = target.to_spark(spark).filter(F.col(transforms.quote(scd2.is_current)))
+                current = live.drop(scd2.valid_from, scd2.valid_to, scd2.is_current)
+            assert isinstance(window.high_water, datetime)
+            rows = snapshot_changes(rows, current, spec.keys, SNAPSHOT_AT, window.high_water)
+            rows = rows.drop(CHANGE)
+        elif changes.OP not in rows.columns:
+            rows = rows.withColumn(changes.OP, F.lit("U"))
+        new_columns: list[str] = []
+        if state.schema is not None:
+            validity = {scd2.valid_from, scd2.valid_to, scd2.is_current}
+            held = StructType([f for f in state.schema.fields if f.name not in validity])
+            new_columns = validation.check_against_target(spec, rows.drop(changes.OP).schema, held)
+        observed_rows, observation = observed(spec, checked(spec, rows))
+        events = staged(observed_rows.drop(quality.FAILED), stage_root, "events")
+        counts = observation.get
+        fail_on_bad_rows(spec, counts)
+
+        columns = history_columns(spec, events.columns)
+        # Only the files of the log and the target that may hold a touched key are read
+        # (both are written in key order), and their rows of those keys are staged once:
+        # the run's cost follows its keys, not the table.
+        touched = delta_io.touched_keys(events, spec.keys) if state.exists else None
+        stored = target.to_spark(spark, holding=touched) if state.exists else None
+        logged = ChangeLog(target).to_spark(spark, holding=touched)
+        keys = events.select(*[F.col(transforms.quote(k)) for k in spec.keys]).distinct()
+        if stored is not None:
+            stored = staged(_of(stored, keys, spec.keys), stage_root, "held")
+        if logged is not None:
+            logged = staged(_of(logged, keys, spec.keys), stage_root, "log")
+        increment, _ = history.history_changes(
+            events, logged, stored, columns, stage=lambda rows, name: staged(rows, stage_root, name)
+        )
+        key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
+        (
+            increment.repartitionByRange(*key_columns)
+            .sortWithinPartitions(*key_columns)
+            .write.mode("overwrite")
+            .parquet(f"{stage_root}/increment")
+        )
+        # new_changes is staged by history_changes.
+        return Staged(counts, new_columns, f"{stage_root}/new_changes")
+
+    # -- commit and result -----------------------------------------------------------------
+
+    def merge_plan(self) -> MergePlan:
+        """Versions matched by key and ``valid_from``."""
+        spec = self.spec
+        return merge_plan(
+            spec.keys,
+            spec.watermark.column,
+            _versions,
+            staged_only_columns=(changes.OP, CHANGE),
+            identity=[*spec.keys, self.options.valid_from],
+        )
+
+    def record_beside_target(
+        self, target: DeltaTarget, staged_path: str, logged_path: str | None
+    ) -> None:
+        """The run's changes new to the change log."""
+        if logged_path:
+            ChangeLog(target).append(logged_path)
+
+    def change_counts(self, staged_path: str) -> dict[str, int]:
+        return change_counts(staged_path, HISTORY_KINDS)
+
+    def unchanged(
+        self, extracted: int, counts: dict[str, int], logged_path: str | None
+    ) -> int | None:
+        """The changes already in the change log (replays, duplicates)."""
+        fresh = count_staged(logged_path) if logged_path else 0
+        return max(extracted - fresh, 0)
+
+
+def _versions(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
+    """Versions written where they differ, removed where history no longer has them."""
+    return (
+        merger.when_matched_delete(predicate=f"s.{changes.OP} = 'D'")
+        .when_matched_update(updates=every, predicate=f"s.{changes.OP} = 'U'")
+        .when_not_matched_insert(updates=every, predicate=f"s.{changes.OP} = 'U'")
+    )
+
+
+def _of(rows: DataFrame, keys: DataFrame, names: list[str]) -> DataFrame:
+    """The rows of ``keys`` only."""
+    return rows.join(F.broadcast(keys), names, "left_semi")
+
+
+def history_columns(spec: TableSpec, columns: list[str]) -> history.HistoryColumns:
+    scd2 = spec.history
+    assert scd2 is not None
+    effective = spec.effective_column
+    untracked = (*spec.keys, effective, spec.watermark.column, spec.partition_column)
+    tracked = tuple(scd2.tracked) if scd2.tracked else history.default_tracked(columns, untracked)
+    return history.HistoryColumns(
+        keys=tuple(spec.keys),
+        effective=effective,
+        order=spec.watermark.column,
+        tracked=tracked,
+        valid_from=scd2.valid_from,
+        valid_to=scd2.valid_to,
+        is_current=scd2.is_current,
+    )
