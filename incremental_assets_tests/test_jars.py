@@ -33,6 +33,8 @@ def _offline() -> list[str]:
     """A command prefix that runs without a network (a network namespace of its own)."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed: cannot take the network away")
+    if shutil.which("ip") is None:
+        pytest.skip("ip (iproute2) is not installed: cannot bring up loopback offline")
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare -n needs root (or user namespaces) on this machine")
     # Only the loopback interface, brought up for Spark's driver.
