@@ -397,6 +397,7 @@ def _rewind(args: argparse.Namespace) -> int:
         None if args.reset else args.to,
         by=args.by or _os_user(),
         reason=args.reason,
+        spark=_spark(project, "incremental-assets-rewind"),
     )
     action = "reset" if result.cursor_after is None else "rewound"
     print(

@@ -44,7 +44,7 @@ def test_rewind_then_rerun_yields_the_same_table_as_never_rewinding(spark, order
     rewound = DeltaTarget("orders", str(tmp_path / "rewound"))
     _two_days(orders_source, [kept, rewound], spark, spec)
 
-    done = rewind(spec, rewound, "2026-01-01T12:00:00Z", by="alice", reason="shop restore")
+    done = rewind(spec, rewound, "2026-01-01T12:00:00Z", spark=spark, by="alice", reason="shop restore")
     again = load(spark, spec, rewound, 2)
 
     assert done.cursor_before == at(2, 9) and done.cursor_after == at(1, 12)
@@ -73,7 +73,7 @@ def test_rewind_loads_late_rows_and_reset_reloads_from_the_start(spark, orders_s
     orders_source.upsert([(99, "placed", 9.0, at(1, 12))])
     assert load(spark, spec, target, 2).rows_inserted == 0
 
-    rewind(spec, target, "2026-01-01", by="bob", reason="late rows of Jan 1")
+    rewind(spec, target, "2026-01-01", spark=spark, by="bob", reason="late rows of Jan 1")
     status = table_status(spec, target, now=at(3))
     late = load(spark, spec, target, 2)
 
@@ -83,7 +83,7 @@ def test_rewind_loads_late_rows_and_reset_reloads_from_the_start(spark, orders_s
     assert table_status(spec, target).rewind is None  # the run came after it
 
     before = target_rows(target, ALL_COLUMNS)
-    reset = rewind(spec, target, None, by="bob", reason="full reload")
+    reset = rewind(spec, target, None, spark=spark, by="bob", reason="full reload")
     assert target.state("timestamp").cursor is None
     reloaded = load(spark, spec, target, 2)
 
@@ -124,17 +124,17 @@ def test_rewind_refuses_what_it_cannot_do_and_says_what_to_change(tmp_path):
     target = DeltaTarget("events", str(tmp_path / "events"))
 
     with pytest.raises(OperationError, match=r"has not been loaded yet.*materialize"):
-        rewind(ids, target, "5", by="me", reason="why")
+        rewind(ids, target, "5", spark=spark, by="me", reason="why")
     _table_with_cursor(target.path, "events", 10, 20)
     with pytest.raises(OperationError, match=r"'abc' is not an integer.*kind 'id'"):
-        rewind(ids, target, "abc", by="me", reason="why")
+        rewind(ids, target, "abc", spark=spark, by="me", reason="why")
     with pytest.raises(OperationError, match="not before the current watermark 20"):
-        rewind(ids, target, "25", by="me", reason="why")
+        rewind(ids, target, "25", spark=spark, by="me", reason="why")
     with pytest.raises(OperationError, match="needs a reason"):
-        rewind(ids, target, "5", by="me", reason=" ")
+        rewind(ids, target, "5", spark=spark, by="me", reason=" ")
     snapshot = make_spec("unused", strategy="snapshot", watermark=None)
     with pytest.raises(OperationError, match="snapshot table"):
-        rewind(snapshot, target, "5", by="me", reason="why")
+        rewind(snapshot, target, "5", spark=spark, by="me", reason="why")
     landing = TableSpec.model_validate(
         {
             "name": "invoices",
@@ -149,10 +149,10 @@ def test_rewind_refuses_what_it_cannot_do_and_says_what_to_change(tmp_path):
         }
     )
     with pytest.raises(OperationError, match=r"landing table loads each file once"):
-        rewind(landing, target, "5", by="me", reason="why")
+        rewind(landing, target, "5", spark=spark, by="me", reason="why")
     times = make_spec("unused")
     with pytest.raises(OperationError, match=r"'Jan 2' is not a timestamp.*ISO-8601"):
-        rewind(times, target, "Jan 2", by="me", reason="why")
+        rewind(times, target, "Jan 2", spark=spark, by="me", reason="why")
     assert DeltaTable(target.path).version() == 1  # nothing was written
 
 
@@ -163,10 +163,10 @@ def test_a_hybrid_rewind_sets_both_parts_of_the_cursor(tmp_path):
     target = DeltaTarget("orders", str(tmp_path / "orders"))
     _table_with_cursor(target.path, "orders", to_transaction_version(at(3), "hybrid"), tiebreak=7)
 
-    rewind(spec, target, "2026-01-02T00:00:00Z|1500", by="me", reason="why")
+    rewind(spec, target, "2026-01-02T00:00:00Z|1500", spark=spark, by="me", reason="why")
 
     assert target.state("hybrid").cursor == (at(2), 1500)
-    rewind(spec, target, "2026-01-01", by="me", reason="why")
+    rewind(spec, target, "2026-01-01", spark=spark, by="me", reason="why")
     assert target.state("hybrid").cursor == (at(1), -(2**63))  # every row at that instant
 
 

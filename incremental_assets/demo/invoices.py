@@ -9,8 +9,10 @@
   a file rewritten in place replaces the lines it held.
 - gold: sales per day, store and payment method. A run recomputes from silver only the
   days present in the silver files added since the silver version it covered, and
-  replaces exactly those days (one overwrite with a predicate, plus the covered version,
+  replaces exactly those days (one ``replaceWhere`` overwrite, plus the covered version,
   in one commit).
+
+Every write is Spark's Delta Lake (``engine.delta_commits``); delta-rs only reads the logs.
 
 Example:
     >>> silver_from_bronze(spark, bronze, silver)  # doctest: +SKIP
@@ -20,31 +22,40 @@ Example:
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
-import pyarrow.dataset as pads
-from deltalake import DeltaTable, write_deltalake
+from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import delta_io
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine import delta_commits, delta_io
+from incremental_assets.engine.delta_store import DeltaTarget, row_count
 from incremental_assets.engine.layers import (
     added_since,
     covered_version,
-    covering_properties,
+    covering,
     older_versions,
     rewritten_files,
 )
+from incremental_assets.engine.maintenance import MAINTENANCE_KEY
 from incremental_assets.engine.transforms import quote
 from incremental_assets.specs.landing import FILE_ROW, FILE_VERSION, INGESTED_AT, SOURCE_FILE
 
 SILVER_KEYS = ("InvoiceNumber", "ItemCode")
 INVOICE_DATE = "invoice_date"
-TOUCHED = "incremental_assets.touched_days"
+# The key of silver's commit record that lists the days the commit touched.
+TOUCHED_KEY = "touched_days"
+# Operations that rewrite or remove files without changing a row (or change no file).
+_NO_DATA_CHANGE = {
+    "OPTIMIZE",
+    "VACUUM START",
+    "VACUUM END",
+    "SET TBLPROPERTIES",
+    "UNSET TBLPROPERTIES",
+}
 
 
 @dataclass(frozen=True)
@@ -138,54 +149,68 @@ def silver_from_bronze(spark: SparkSession, bronze: DeltaTarget, silver: DeltaTa
     added, bronze_version = added_since(spark, bronze, since)
     if bronze_version == since:
         return StepResult(since, bronze_version, 0, 0, None)
-    lines = newest_per_line(flatten_invoices(added))
+    # Read several times below (days, keys, the write): kept in the executors' memory.
+    lines = newest_per_line(flatten_invoices(added)).cache()
+    try:
+        return _silver_step(spark, bronze, silver, lines, since, bronze_version)
+    finally:
+        lines.unpersist()
+
+
+def _silver_step(
+    spark: SparkSession,
+    bronze: DeltaTarget,
+    silver: DeltaTarget,
+    lines: DataFrame,
+    since: int,
+    bronze_version: int,
+) -> StepResult:
+    exists = silver.exists()
+    rewritten = rewritten_files(bronze, since) if exists else {}
+    rows = lines.count()
+    days = lines.select(INVOICE_DATE).distinct().collect()
+    touched = {str(r[INVOICE_DATE]) for r in days if r[INVOICE_DATE] is not None}
+    if rewritten:
+        touched |= _stale_days(spark, silver, rewritten)
+    if exists:
+        # A line whose invoice moved to another day leaves its old day too.
+        touched |= _days_held(spark, silver, lines)
+    commit = covering(silver, bronze, bronze_version, {TOUCHED_KEY: json.dumps(sorted(touched))})
+    if not exists:
+        delta_commits.append(lines, silver.spark_path, mode="error", **commit)
+        return StepResult(since, bronze_version, rows, rows, silver.open().version())
     newer = (
         f"s.{INGESTED_AT} > t.{INGESTED_AT} OR (s.{INGESTED_AT} = t.{INGESTED_AT} AND "
         f"(s.{FILE_VERSION} > t.{FILE_VERSION} OR (s.{FILE_VERSION} = t.{FILE_VERSION} "
         f"AND s.{FILE_ROW} > t.{FILE_ROW})))"
     )
     predicate = " AND ".join(f"t.{k} = s.{k}" for k in SILVER_KEYS)
-    rewritten = rewritten_files(bronze, since) if silver.exists() else {}
-    stale = _stale_days(spark, silver, rewritten) if rewritten else set()
-    with _staged(lines) as (dataset, rows):
-        days = pads.dataset(dataset.files, format="parquet").to_table(columns=[INVOICE_DATE])
-        touched = {str(d) for d in days.column(0).to_pylist() if d is not None} | stale
-        if silver.exists():
-            # A line whose invoice moved to another day leaves its old day too.
-            touched |= _days_held(spark, silver, spark.read.parquet(*dataset.files))
-        touched = sorted(touched)
-        properties = covering_properties(
-            silver, bronze, bronze_version, {TOUCHED: json.dumps(touched)}
-        )
-        if not silver.exists():
-            write_deltalake(
-                silver.path, dataset.scanner().to_reader(), commit_properties=properties
-            )
-            return StepResult(since, bronze_version, rows, rows, silver.open().version())
-        table = silver.open()
-        merger = (
-            table.merge(
-                dataset.scanner().to_reader(),
-                predicate,
-                source_alias="s",
-                target_alias="t",
-                merge_schema=True,  # bronze's new columns (landing_schema) reach silver
-                commit_properties=properties,
-            )
-            .when_matched_update_all(predicate=newer)
-            .when_not_matched_insert_all()
-        )
-        if rewritten:
-            # Lines of an older version of a rewritten file that its newest version no
-            # longer has: in the same commit as the upserts and the covered version.
-            merger = merger.when_not_matched_by_source_delete(older_versions("t", rewritten))
-        metrics = merger.execute()
-        written = int(metrics.get("num_target_rows_inserted", 0)) + int(
-            metrics.get("num_target_rows_updated", 0)
-        )
-        deleted = int(metrics.get("num_target_rows_deleted", 0))
-        version = silver.open().version()
-        return StepResult(since, bronze_version, rows, written, version, rows_deleted=deleted)
+    merger = (
+        SparkDeltaTable.forPath(spark, silver.spark_path)
+        .alias("t")
+        .merge(lines.alias("s"), predicate)
+        .whenMatchedUpdateAll(condition=newer)
+        .whenNotMatchedInsertAll()
+    )
+    if rewritten:
+        # Lines of an older version of a rewritten file that its newest version no
+        # longer has: in the same commit as the upserts and the covered version.
+        merger = merger.whenNotMatchedBySourceDelete(condition=older_versions("t", rewritten))
+    merger = merger.withSchemaEvolution()  # bronze's new columns (landing_schema) reach silver
+    with delta_commits.idempotent(spark, **commit):
+        metrics = merger.execute().collect()
+    if not metrics:
+        # Delta skipped the MERGE: another run already committed this covered version.
+        return StepResult(since, bronze_version, rows, 0, None)
+    counts = metrics[0].asDict()
+    written = _count(counts, "num_updated_rows") + _count(counts, "num_inserted_rows")
+    deleted = _count(counts, "num_deleted_rows")
+    version = silver.open().version()
+    return StepResult(since, bronze_version, rows, written, version, rows_deleted=deleted)
+
+
+def _count(metrics: Mapping[str, Any], key: str) -> int:
+    return int(metrics.get(key) or 0)
 
 
 def _days_held(spark: SparkSession, silver: DeltaTarget, lines: DataFrame) -> set[str]:
@@ -247,56 +272,59 @@ def gold_from_silver(spark: SparkSession, silver: DeltaTarget, gold: DeltaTarget
     if not days:
         return StepResult(since, silver_version, 0, 0, None)
     current = delta_io.read_files(spark, silver.open(silver_version))
-    recomputed = daily_sales(current.filter(F.col(INVOICE_DATE).isin(days)))
-    properties = covering_properties(gold, silver, silver_version)
-    with _staged(recomputed) as (dataset, rows):
+    # Counted, then written: kept in the executors' memory between the two.
+    recomputed = daily_sales(current.filter(F.col(INVOICE_DATE).isin(days))).cache()
+    try:
+        rows = recomputed.count()
+        commit = covering(gold, silver, silver_version)
         if not gold.exists():
-            write_deltalake(gold.path, dataset.scanner().to_reader(), commit_properties=properties)
+            delta_commits.append(recomputed, gold.spark_path, mode="error", **commit)
         else:
             listed = ", ".join(f"'{d.isoformat()}'" for d in days)
-            write_deltalake(
-                gold.path,
-                dataset.scanner().to_reader(),
+            delta_commits.append(
+                recomputed,
+                gold.spark_path,
                 mode="overwrite",
-                predicate=f"{INVOICE_DATE} IN ({listed})",
-                commit_properties=properties,
+                options={"replaceWhere": f"{INVOICE_DATE} IN ({listed})"},
+                **commit,
             )
+    finally:
+        recomputed.unpersist()
     return StepResult(since, silver_version, rows, rows, gold.open().version(), tuple(days))
 
 
 def _touched_days(silver: DeltaTarget, since: int) -> list[date] | None:
-    """The days silver's commits after ``since`` merged rows into, from their metadata;
+    """The days silver's commits after ``since`` merged rows into, from their records;
     None when a data-changing commit does not say."""
     table = silver.open()
     days: set[str] = set()
     for commit in table.history(table.version() - since):
         if commit.get("version", -1) <= since:
             continue
-        listed = commit.get(TOUCHED)
+        record = delta_commits.parse(commit)
+        listed = None if record is None else record.get(TOUCHED_KEY)
         if listed is None:
-            if any(k.startswith("incremental_assets.maintenance") for k in commit):
+            if _maintenance(commit, record) or commit.get("operation") in _NO_DATA_CHANGE:
                 continue  # compaction rewrites files, not values
             return None
         days.update(json.loads(listed))
     return [date.fromisoformat(d) for d in sorted(days)]
 
 
-class _staged:
-    """A DataFrame written once to Parquet (the Spark -> delta-rs hand-off)."""
-
-    def __init__(self, df: DataFrame):
-        self.df = df
-
-    def __enter__(self) -> tuple[pads.Dataset, int]:
-        self.root = tempfile.mkdtemp(prefix="ia-invoices-")
-        path = f"{self.root}/rows"
-        self.df.write.mode("overwrite").parquet(path)
-        dataset = pads.dataset(path, format="parquet")
-        return dataset, dataset.count_rows()
-
-    def __exit__(self, *exc: object) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+def _maintenance(commit: Mapping[str, Any], record: Mapping[str, Any] | None) -> bool:
+    """Whether a commit is the loader's maintenance (``engine.maintenance``): tagged in its
+    user metadata, or, written by an earlier release, as a top-level key."""
+    if record is not None and "maintenance" in record:
+        return True
+    text = commit.get("userMetadata")
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            return MAINTENANCE_KEY in json.loads(text)
+        except ValueError:
+            return False
+    return False
 
 
 def table_rows(target: DeltaTarget) -> int:
-    return DeltaTable(target.path).to_pyarrow_table().num_rows if target.exists() else 0
+    """Rows in the table, from its log's file statistics (no data read)."""
+    return row_count(target.open()) if target.exists() else 0

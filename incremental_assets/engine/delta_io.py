@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DateType, IntegralType, StringType, StructField, StructType
@@ -139,3 +139,19 @@ def read_files(
         if field.name in partition_columns:
             df = df.withColumn(field.name, F.col(quote(field.name)).cast(field.dataType))
     return df.select(*[F.col(quote(f.name)) for f in schema.fields])
+
+
+def spark_uri(path: str) -> str:
+    """A table location as Spark's Hadoop file systems name it (``s3://`` is ``s3a://``)."""
+    return "s3a://" + path.removeprefix("s3://") if path.startswith("s3://") else path
+
+
+def may_hold(keys: KeySet, listed: int = 1000) -> Column:
+    """A filter on the key column that Delta's data skipping turns into file pruning: the
+    values themselves (up to ``listed`` of them), else their range."""
+    column = F.col(quote(keys.column))
+    if not keys.values:
+        return F.lit(False)
+    if len(keys.values) <= listed:
+        return column.isin(list(keys.values))
+    return column.between(keys.values[0], keys.values[-1])

@@ -1,51 +1,51 @@
 """The Delta target: its committed state (cursor, version) and the exactly-once commit.
 
-The data of a run and its new cursor go into one Delta commit: the cursor as readable
-commit metadata (``incremental_assets.*`` keys of the commit info) and as the version of
-the application transaction ``incremental_assets/<table>``. The Delta log is the truth:
-a run reads its starting cursor from it, never from the orchestrator.
+The data of a run and its new cursor go into one Delta commit, written by Spark's Delta
+Lake: the cursor in the commit's record (``engine.delta_commits``), the commit made as the
+idempotent write ``incremental_assets/<table>`` at the table's next commit sequence. The
+Delta log is the truth: a run reads its starting cursor from it, never from the
+orchestrator. Reading the state needs no Spark (delta-rs reads the log; it never writes).
 """
 
 from __future__ import annotations
 
-import json
-import time
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
+from delta.tables import DeltaTable as SparkDeltaTable
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import delta_io
+from incremental_assets.engine import delta_commits, delta_io
 from incremental_assets.engine.changes import OP
-from incremental_assets.engine.errors import ConcurrentLoadError, TargetOwnedError
+from incremental_assets.engine.errors import (
+    ConcurrentLoadError,
+    CursorLostError,
+    TargetOwnedError,
+)
 from incremental_assets.engine.merge_plan import MergePlan, matching
-from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (
     ID_MIN,
     WatermarkKind,
     WatermarkValue,
     from_transaction_version,
-    to_transaction_version,
+    parse_value,
 )
 
-META_PREFIX = "incremental_assets."
-# Marks a commit that rewound or reset a table's cursor (``incremental-assets rewind``).
-# It carries no ``incremental_assets.table`` key, so it is not taken for a load.
-REWIND_KEY = f"{META_PREFIX}rewind"
-_LOAD_KEY = f"{META_PREFIX}table"
-# The transaction version that stands for "no cursor" after a reset: a Delta application
-# transaction cannot be removed, only given a new version (the protocol lets it decrease).
+# The commit sequence that stands for "reset" in tables written by earlier releases, which
+# kept the cursor itself as the transaction version.
 NO_CURSOR = -(2**63)
-# Above this many staged rows the merge streams its source (bounded memory) at the price
-# of delta-rs's early file pruning, which needs the source's min/max up front.
-_STREAM_ABOVE_ROWS = 2_000_000
+# The columns Delta refuses in a table without column mapping.
+_NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
 
 def app_id(table: str) -> str:
@@ -53,7 +53,7 @@ def app_id(table: str) -> str:
 
 
 def tiebreak_app_id(table: str) -> str:
-    """A hybrid cursor's id part, committed in the same commit as its time part."""
+    """Earlier releases: a hybrid cursor's id part, as a transaction of its own."""
     return f"incremental_assets/{table}#tiebreak"
 
 
@@ -65,6 +65,12 @@ class TargetState:
     schema: StructType | None = None
     last_load: dict[str, Any] = field(default_factory=dict)
     table: DeltaTable | None = None
+    # The version of the table's idempotent-write transaction: its commit sequence.
+    sequence: int | None = None
+
+    @property
+    def next_sequence(self) -> int:
+        return 0 if self.sequence is None else self.sequence + 1
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,8 @@ class CommitResult:
 
 
 class DeltaTarget:
-    """One table's Delta location and storage options (delta-rs ``storage_options``)."""
+    """One table's Delta location and storage options (delta-rs ``storage_options``, for
+    reading the log; Spark writes with its own Hadoop settings)."""
 
     def __init__(self, table: str, path: str, storage_options: Mapping[str, str] | None = None):
         self.table_name = table
@@ -99,6 +106,11 @@ class DeltaTarget:
             self.storage_options,
         )
 
+    @property
+    def spark_path(self) -> str:
+        """The location as Spark's Hadoop file systems name it."""
+        return delta_io.spark_uri(self.path)
+
     def open(self, version: int | None = None) -> DeltaTable:
         try:
             return DeltaTable(
@@ -113,21 +125,57 @@ class DeltaTarget:
         if not self.exists():
             return TargetState(exists=False)
         table = self.open()
-        txn = table.transaction_version(app_id(self.table_name))
-        cursor = from_transaction_version(txn, kind) if txn not in (None, NO_CURSOR) else None
-        if kind == "hybrid" and cursor is not None:
-            tiebreak = table.transaction_version(tiebreak_app_id(self.table_name))
-            cursor = (cursor, tiebreak if tiebreak is not None else ID_MIN)
-        last_load = self.last_load(table)
+        sequence = table.transaction_version(app_id(self.table_name))
+        commits = self.cursor_commits(table, limit=20)
+        if not any("cursor_after" in c for c in commits) or all("rewind" in c for c in commits):
+            commits = self.cursor_commits(table)
+        last_load = next((c for c in commits if "rewind" not in c), {})
         self._check_owner(last_load)
         return TargetState(
             exists=True,
             version=table.version(),
-            cursor=cursor,
+            cursor=self._cursor(table, kind, sequence, commits),
             schema=delta_io.spark_schema(table),
             last_load=last_load,
             table=table,
+            sequence=sequence,
         )
+
+    def _cursor(
+        self,
+        table: DeltaTable,
+        kind: WatermarkKind,
+        sequence: int | None,
+        commits: list[dict],
+    ) -> WatermarkValue | None:
+        """The cursor of the newest commit that set one (a load or a rewind)."""
+        setting = next((c for c in commits if "cursor_after" in c and "version" in c), None)
+        if setting is not None and setting.get("legacy"):
+            return self._legacy_cursor(table, kind, sequence)
+        if setting is None:
+            if sequence is None or sequence == NO_CURSOR or commits:
+                return None
+            raise CursorLostError(
+                self.table_name,
+                f"the Delta log of {self.path} no longer holds the commit that recorded the "
+                f"cursor (commit sequence {sequence}); it was removed with old log files.",
+                "set the cursor with `incremental-assets rewind --to VALUE` (or `--reset` "
+                "to reload), and keep delta.logRetentionDuration above the time between loads",
+            )
+        text = setting.get("cursor_after")
+        return None if not text or text == "-" else parse_value(str(text), kind)
+
+    def _legacy_cursor(
+        self, table: DeltaTable, kind: WatermarkKind, sequence: int | None
+    ) -> WatermarkValue | None:
+        """Tables written by earlier releases kept the cursor as the transaction version."""
+        if sequence in (None, NO_CURSOR):
+            return None
+        cursor = from_transaction_version(sequence, kind)
+        if kind == "hybrid":
+            tiebreak = table.transaction_version(tiebreak_app_id(self.table_name))
+            cursor = (cursor, tiebreak if tiebreak is not None else ID_MIN)
+        return cursor
 
     def _check_owner(self, last_load: Mapping[str, Any]) -> None:
         """A target holds one table's loads: one whose last load was another table's (two
@@ -146,66 +194,65 @@ class DeltaTarget:
 
     def loads(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """This loader's commits, newest first, with their metadata and Delta metrics."""
-        return self._commits((_LOAD_KEY,), table, limit)
+        return [c for c in self._commits(table, limit) if "table" in c]
 
     def rewinds(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """Commits that rewound or reset the cursor, newest first (see ``record_rewind``)."""
-        return self._commits((REWIND_KEY,), table, limit)
+        return [c for c in self._commits(table, limit) if "rewind" in c]
 
     def cursor_commits(
         self, table: DeltaTable | None = None, limit: int | None = None
     ) -> list[dict]:
         """Loads and rewinds, newest first, in one read of the history; a rewind's dict
         has the key ``rewind``."""
-        return self._commits((_LOAD_KEY, REWIND_KEY), table, limit)
+        return [c for c in self._commits(table, limit) if "table" in c or "rewind" in c]
 
-    def _commits(
-        self, markers: tuple[str, ...], table: DeltaTable | None, limit: int | None
-    ) -> list[dict]:
+    def _commits(self, table: DeltaTable | None, limit: int | None) -> list[dict]:
         table = table or self.open()
         out = []
         for commit in table.history(limit):
-            if not any(marker in commit for marker in markers):
+            meta = delta_commits.parse(commit)
+            if meta is None:
                 continue
-            meta = {
-                k.removeprefix(META_PREFIX): v
-                for k, v in commit.items()
-                if k.startswith(META_PREFIX)
-            }
             meta["version"] = commit.get("version")
             meta["timestamp"] = commit.get("timestamp")
             meta["operation"] = commit.get("operation")
-            meta["operation_metrics"] = commit.get("operationMetrics") or {}
+            meta["operation_metrics"] = _metrics(commit)
             out.append(meta)
         return out
 
+    def find_commit(self, commit_id: str, limit: int = 20) -> dict | None:
+        """The loader's commit with ``commit_id`` among the newest ``limit`` commits."""
+        return next(
+            (c for c in self._commits(self.open(), limit) if c.get("commit_id") == commit_id),
+            None,
+        )
+
     def record_rewind(
         self,
+        spark: SparkSession,
         state: TargetState,
-        kind: WatermarkKind,
         cursor: WatermarkValue | None,
         metadata: Mapping[str, Any],
     ) -> int:
         """Set the cursor back to ``cursor`` (None: no cursor) in a commit of its own, with
-        ``metadata`` (who, why) beside it; returns the new Delta version.
+        ``metadata`` (who, why, ``cursor_after``) beside it; returns the new Delta version.
 
-        The commit holds no data, only the application transaction(s) at their new, lower
-        version. It is made against ``state``'s snapshot: a load that committed since, or
-        commits meanwhile, touches the same transaction and makes one of the two fail.
+        The commit holds no data. It is the idempotent write at ``state``'s next sequence:
+        a load that committed since, or commits meanwhile, takes that sequence and this
+        commit is refused (``ConcurrentLoadError``).
         """
-        assert state.table is not None
-        custom = {f"{META_PREFIX}{k}": _plain(v) for k, v in metadata.items()}
-        custom[REWIND_KEY] = self.table_name
-        transactions = self._transactions(kind, cursor)
-        state.table.create_write_transaction(
-            actions=[],
-            mode="append",
-            schema=state.table.schema(),
-            commit_properties=CommitProperties(
-                custom_metadata=custom, app_transactions=transactions
-            ),
+        record = delta_commits.record({**metadata, "rewind": self.table_name})
+        self._write(
+            lambda: delta_commits.empty_commit(
+                spark,
+                self.spark_path,
+                record,
+                app_id=app_id(self.table_name),
+                version=state.next_sequence,
+            )
         )
-        return self.open().version()
+        return self._committed(record)["version"]
 
     def last_load(self, table: DeltaTable) -> dict:
         # Most recent commits first; maintenance commits may sit between loads.
@@ -221,21 +268,22 @@ class DeltaTarget:
         version: int | None = None,
         holding: delta_io.KeySet | None = None,
     ) -> DataFrame:
-        """The table's rows; with ``holding``, only from the files that may hold those keys
-        (the caller still filters rows by key)."""
-        table = self.open(version)
-        if holding is None:
-            return delta_io.read_files(spark, table)
-        files = delta_io.files_holding(delta_io.live_files(table), holding)
-        return delta_io.read_files(spark, table, files)
+        """The table's rows, read by Spark's Delta (at ``version``, else the latest); with
+        ``holding``, only the files whose statistics may hold those keys are read (the
+        caller still matches rows by key)."""
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        rows = reader.load(self.spark_path)
+        return rows if holding is None else rows.filter(delta_io.may_hold(holding))
 
     def commit(
         self,
+        spark: SparkSession,
         state: TargetState,
         staged_path: str,
         plan: MergePlan,
         *,
-        kind: WatermarkKind,
         cursor_before: WatermarkValue | None,
         cursor_after: WatermarkValue | None,
         metadata: Mapping[str, Any],
@@ -244,130 +292,121 @@ class DeltaTarget:
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit.
 
-        Writes nothing when no row changes and the cursor stays put.
+        Writes nothing when no row is staged and the cursor stays put.
         """
-        properties = self._properties(kind, cursor_after, metadata)
+        record = delta_commits.record(
+            {**metadata, "table": self.table_name, "sequence": state.next_sequence}
+        )
+        transaction = {"app_id": app_id(self.table_name), "version": state.next_sequence}
         dataset = pads.dataset(staged_path, format="parquet")
         staged_rows = dataset.count_rows()
-        columns = [n for n in dataset.schema.names if n not in plan.staged_only_columns]
-        try:
-            table = state.table
-            if not state.exists:
-                if staged_rows == 0 and cursor_after is None:
-                    return CommitResult(committed=False, version=None)
-                if not plan.writes_by_merge_only:
-                    return self._create_with(
-                        dataset.scanner(), partition_by, properties, staged_rows
-                    )
+        staged = spark.read.parquet(staged_path)
+        columns = [c for c in staged.columns if c not in plan.staged_only_columns]
+        if not state.exists:
+            if staged_rows == 0 and cursor_after is None:
+                return CommitResult(committed=False, version=None)
+            rows = staged
+            if plan.writes_by_merge_only:
                 # A change set's first load: nothing to delete or supersede yet, so its
                 # rows are written as staged (in key order, which keeps each file's key
-                # range narrow for later merges), with the cursor, in one commit: the
-                # upserts, and soft deletes (the flagged row is the record of the delete).
-                kept = None if plan.deletes == "soft" else pads.field(OP) == "U"
-                rows = dataset.scanner(columns=columns, filter=kept)
-                written = dataset.count_rows(filter=kept)
-                return self._create_with(rows, partition_by, properties, written)
-            assert table is not None
-            metrics: dict[str, Any] = {}
-            if staged_rows:
-                merger = table.merge(
-                    source=dataset.scanner().to_reader(),
-                    predicate=plan.predicate,
-                    source_alias="s",
-                    target_alias="t",
-                    merge_schema=add_new_columns,
-                    streamed_exec=staged_rows > _STREAM_ABOVE_ROWS,
-                    commit_properties=properties,
-                )
-                metrics = plan.apply(merger, columns).execute()
-            changed = metrics.get("num_target_files_added", 0) or metrics.get(
-                "num_target_files_removed", 0
+                # range narrow for later merges): the upserts, and soft deletes (the
+                # flagged row is the record of the delete).
+                if plan.deletes != "soft":
+                    rows = rows.filter(F.col(OP) == "U")
+                rows = rows.select(*[F.col(_quote(c)) for c in columns])
+            self._write(
+                lambda: delta_commits.append(
+                    rows,
+                    self.spark_path,
+                    record,
+                    mode="error",
+                    partition_by=partition_by,
+                    options=table_options(columns),
+                    **transaction,
+                ),
+                creating=True,
             )
-            if changed:
-                return _result(metrics, self.open().version())
-            if cursor_after is not None and cursor_after != cursor_before:
-                # Nothing to write, but the cursor moves: record it alone, still atomically.
-                table.create_write_transaction(
-                    actions=[],
-                    mode="append",
-                    schema=table.schema(),
-                    commit_properties=properties,
-                )
-                return CommitResult(
-                    committed=True,
-                    version=self.open().version(),
-                    cursor_only=True,
-                )
+            found = self._committed(record)
+            metrics = found["operation_metrics"]
             return CommitResult(
-                committed=False,
-                version=state.version,
+                committed=True,
+                version=found["version"],
+                rows_inserted=int(metrics.get("num_output_rows", 0)),
+                files_added=int(metrics.get("num_files", 0)),
+                created_table=True,
             )
-        except (CommitFailedError, DeltaError) as exc:
-            if not isinstance(exc, CommitFailedError) and "exists" not in str(exc).lower():
-                raise
-            raise ConcurrentLoadError(
-                self.table_name,
-                f"another writer committed to {self.path} during this run ({exc}); "
-                "nothing from this run was committed.",
-                "re-run; limit each table to one run at a time (its Dagster pool)",
-            ) from None
+        acting = self._acting(spark, staged, plan, staged_path) if staged_rows else None
+        if acting is not None:
+            builder = plan.merge(spark, self.spark_path, acting, columns)
+            if add_new_columns:
+                builder = builder.withSchemaEvolution()
+            self._write(lambda: self._merge(spark, builder, record, transaction))
+            found = self._committed(record)
+            return _result(found["operation_metrics"], found["version"])
+        if cursor_after is not None and cursor_after != cursor_before:
+            # Nothing to write, but the cursor moves: record it alone, still atomically.
+            self._write(
+                lambda: delta_commits.empty_commit(spark, self.spark_path, record, **transaction)
+            )
+            found = self._committed(record)
+            return CommitResult(committed=True, version=found["version"], cursor_only=True)
+        return CommitResult(committed=False, version=state.version)
 
-    def record(self, metadata: Mapping[str, Any]) -> CommitResult:
+    def _acting(
+        self, spark: SparkSession, staged: DataFrame, plan: MergePlan, staged_path: str
+    ) -> DataFrame | None:
+        """The staged rows the merge acts on, staged beside the increment (None: none)."""
+        holding = delta_io.touched_keys(staged, plan.identity or plan.keys)
+        current = self.to_spark(spark, holding=holding)
+        acting_path = f"{staged_path.rstrip('/')}_acting"
+        plan.acting_rows(staged, current).write.mode("overwrite").parquet(acting_path)
+        if pads.dataset(acting_path, format="parquet").count_rows() == 0:
+            return None
+        return spark.read.parquet(acting_path)
+
+    @staticmethod
+    def _merge(spark: SparkSession, builder, record: dict, transaction: dict) -> None:
+        with delta_commits.idempotent(spark, transaction["app_id"], transaction["version"], record):
+            builder.execute()
+
+    def record(self, spark: SparkSession, metadata: Mapping[str, Any]) -> CommitResult:
         """A commit without data or cursor: ``metadata`` alone in the log (e.g. a landing
         run whose new file versions hold no rows still lists them)."""
-        table = self.open()
-        table.create_write_transaction(
-            actions=[],
-            mode="append",
-            schema=table.schema(),
-            commit_properties=self._properties("timestamp", None, metadata),
-        )
-        return CommitResult(committed=True, version=self.open().version())
+        record = delta_commits.record({**metadata, "table": self.table_name})
+        self._write(lambda: delta_commits.empty_commit(spark, self.spark_path, record))
+        return CommitResult(committed=True, version=self._committed(record)["version"])
 
-    def _create_with(
-        self,
-        rows: pads.Scanner,
-        partition_by: list[str],
-        properties: CommitProperties,
-        staged_rows: int,
-    ) -> CommitResult:
-        write_deltalake(
-            self.path,
-            rows.to_reader(),
-            # "error": a table created by a concurrent first load fails this one.
-            mode="error",
-            partition_by=partition_by or None,
-            storage_options=self.storage_options or None,
-            commit_properties=properties,
-        )
-        table = self.open()
-        return CommitResult(
-            committed=True,
-            version=table.version(),
-            rows_inserted=staged_rows,
-            files_added=len(table.file_uris()),
-            created_table=True,
-        )
+    def _write(self, write, creating: bool = False) -> None:
+        """Run one Spark Delta write; another writer's commit in between becomes
+        ``ConcurrentLoadError``, with nothing of this run committed."""
+        try:
+            write()
+        except Exception as exc:  # py4j wraps Delta's exceptions; told apart by name
+            text = str(exc)
+            concurrent = "Concurrent" in text or "DELTA_CONCURRENT" in text
+            exists = creating and isinstance(exc, AnalysisException) and "already exists" in text
+            if not (concurrent or exists):
+                raise
+            raise self._concurrent(text.splitlines()[0]) from None
 
-    def _properties(
-        self, kind: WatermarkKind, cursor: WatermarkValue | None, metadata: Mapping[str, Any]
-    ) -> CommitProperties:
-        custom = {f"{META_PREFIX}{k}": _plain(v) for k, v in metadata.items()}
-        custom[_LOAD_KEY] = self.table_name
-        transactions = self._transactions(kind, cursor) if cursor is not None else None
-        return CommitProperties(custom_metadata=custom, app_transactions=transactions)
+    def _committed(self, record: Mapping[str, Any]) -> dict:
+        """The commit this run wrote, found in the log by its id. Spark skips an idempotent
+        write whose sequence another writer took first; then nothing of this run was
+        committed."""
+        found = self.find_commit(record["commit_id"])
+        if found is None:
+            raise self._concurrent(
+                f"commit sequence {record.get('sequence')} was taken by another commit"
+            )
+        return found
 
-    def _transactions(self, kind: WatermarkKind, cursor: WatermarkValue | None) -> list:
-        """The cursor as application transactions (None: the reset marker)."""
-        now = int(time.time() * 1000)
-        if cursor is None:
-            return [Transaction(app_id(self.table_name), NO_CURSOR, now)]
-        transactions = [
-            Transaction(app_id(self.table_name), to_transaction_version(cursor, kind), now)
-        ]
-        if isinstance(cursor, tuple):
-            transactions.append(Transaction(tiebreak_app_id(self.table_name), cursor[1], now))
-        return transactions
+    def _concurrent(self, detail: str) -> ConcurrentLoadError:
+        return ConcurrentLoadError(
+            self.table_name,
+            f"another writer committed to {self.path} during this run ({detail}); "
+            "nothing from this run was committed.",
+            "re-run; limit each table to one run at a time (its Dagster pool)",
+        )
 
 
 class SideTable:
@@ -395,24 +434,29 @@ class Tombstones(SideTable):
 
     SUFFIX = "tombstones"
 
-    def record(self, staged: pads.Dataset, keys: list[str], watermark: str) -> int:
-        deletes = staged.to_table(columns=[*keys, watermark], filter=pads.field(OP) == "D")
-        if deletes.num_rows == 0:
-            return 0
-        options = self.location.storage_options or None
-        if not self.location.exists():
-            write_deltalake(self.location.path, deletes, mode="append", storage_options=options)
-            return deletes.num_rows
-        predicate = matching(keys)
-        wm = quote(watermark)
-        (
-            self.location.open()
-            .merge(deletes, predicate, source_alias="s", target_alias="t")
-            .when_matched_update_all(predicate=f"s.{wm} > t.{wm}")
-            .when_not_matched_insert_all()
-            .execute()
+    def record(self, staged: DataFrame, keys: list[str], watermark: str) -> int:
+        deletes = staged.filter(F.col(OP) == "D").select(
+            *[F.col(_quote(c)) for c in [*keys, watermark]]
         )
-        return deletes.num_rows
+        count = deletes.count()
+        if count == 0:
+            return 0
+        record = delta_commits.record({"side_table": self.SUFFIX})
+        path = self.location.spark_path
+        if not self.location.exists():
+            delta_commits.append(deletes, path, record, options=table_options(deletes.columns))
+            return count
+        wm = _quote(watermark)
+        with delta_commits.idempotent(deletes.sparkSession, None, None, record):
+            (
+                SparkDeltaTable.forPath(deletes.sparkSession, path)
+                .alias("t")
+                .merge(deletes.alias("s"), matching(keys))
+                .whenMatchedUpdateAll(condition=f"s.{wm} > t.{wm}")
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        return count
 
 
 class ChangeLog(SideTable):
@@ -423,24 +467,47 @@ class ChangeLog(SideTable):
 
     SUFFIX = "changes"
 
-    def append(self, staged_path: str) -> int:
-        dataset = pads.dataset(staged_path, format="parquet")
-        rows = dataset.count_rows()
+    def append(self, spark: SparkSession, staged_path: str) -> int:
+        rows = pads.dataset(staged_path, format="parquet").count_rows()
         if rows:
-            write_deltalake(
-                self.location.path,
-                dataset.scanner().to_reader(),
-                mode="append",
-                schema_mode="merge",
-                storage_options=self.location.storage_options or None,
+            changes = spark.read.parquet(staged_path)
+            delta_commits.append(
+                changes,
+                self.location.spark_path,
+                delta_commits.record({"side_table": self.SUFFIX}),
+                options={"mergeSchema": "true", **table_options(changes.columns)},
             )
         return rows
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return json.dumps(value, default=str)
+def _quote(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
+
+
+def table_options(columns: list[str]) -> dict[str, str]:
+    """Table properties for a new table: column mapping by name when a column's name holds
+    a character Delta cannot keep as a Parquet field name (a space, a comma, ...)."""
+    if any(_NEEDS_COLUMN_MAPPING.search(c) for c in columns):
+        return {
+            "delta.columnMapping.mode": "name",
+            "delta.minReaderVersion": "2",
+            "delta.minWriterVersion": "5",
+        }
+    return {}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _metrics(commit: Mapping[str, Any]) -> dict[str, Any]:
+    """A commit's operation metrics by the names delta-rs gives them
+    (``num_target_rows_inserted``, ``num_added_rows``, ...), whoever wrote it."""
+    metrics = dict(commit.get("operationMetrics") or {})
+    out = {_snake(k): v for k, v in metrics.items()}
+    if "num_output_rows" in out and commit.get("operation") != "MERGE":
+        out.setdefault("num_added_rows", out["num_output_rows"])
+    return out
 
 
 def _result(metrics: dict[str, Any], version: int) -> CommitResult:

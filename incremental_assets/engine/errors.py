@@ -40,6 +40,10 @@ class ConcurrentLoadError(IncrementalLoadError):
     """Another writer committed to the target while this run was working."""
 
 
+class CursorLostError(IncrementalLoadError):
+    """The Delta log no longer holds the commit that recorded the table's cursor."""
+
+
 class TargetOwnedError(IncrementalLoadError):
     """The target's Delta log holds another table's loads."""
 

@@ -242,7 +242,7 @@ def explain_landing(spec: TableSpec, target: DeltaTarget, now: datetime | None =
     """
     landing = spec.landing
     assert landing is not None, f"{spec.name} is not a landing table"
-    pending, listing = pending_files(spec, target, now, record=False)
+    pending, listing = pending_files(spec, target, now)
     return LandingPlan(
         table=spec.name,
         folder=str(spec.source.path),

@@ -42,12 +42,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-from deltalake import write_deltalake
+from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
-from incremental_assets.engine import delta_io, staging
+from incremental_assets.engine import delta_commits, delta_io, staging
 from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, SideTable
 from incremental_assets.engine.errors import LandingListError, SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
@@ -175,32 +176,32 @@ class FileIndex(SideTable):
         value = pc.max(table["bronze_version"]).as_py()
         return -1 if value is None else int(value)
 
-    def record(self, rows: list[dict]) -> None:
+    def record(self, spark: SparkSession, rows: list[dict]) -> None:
         if not rows:
             return
         now = datetime.now(timezone.utc)
         table = pa.Table.from_pylist([{**r, "recorded_at": now} for r in rows], self.SCHEMA)
-        options = self.location.storage_options or None
+        entries = spark.createDataFrame(table.to_pylist(), from_arrow_schema(self.SCHEMA))
+        record = delta_commits.record({"side_table": self.SUFFIX})
+        path = self.location.spark_path
         if not self.location.exists():
-            write_deltalake(self.location.path, table, mode="append", storage_options=options)
+            delta_commits.append(entries, path, record)
             return
-        (
-            self.location.open()
-            .merge(
-                table,
-                "t.path = s.path AND t.version = s.version",
-                source_alias="s",
-                target_alias="t",
+        with delta_commits.idempotent(spark, None, None, record):
+            (
+                SparkDeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(entries.alias("s"), "t.path = s.path AND t.version = s.version")
+                .whenNotMatchedInsertAll()
+                .execute()
             )
-            .when_not_matched_insert_all()
-            .execute()
-        )
 
 
-def loaded_files(target: DeltaTarget, record: bool = True) -> set[tuple[str, str]]:
+def loaded_files(target: DeltaTarget, spark: SparkSession | None = None) -> set[tuple[str, str]]:
     """File versions already in bronze or quarantined: the index, completed from the bronze
     commits it has not caught up with (their metadata lists the files they added), which
-    are then recorded in the index unless ``record`` is False (a reader of another layer)."""
+    are then recorded in the index, given ``spark`` (without it, as for a reader of another
+    layer, nothing is written)."""
     index = FileIndex(target)
     known = index.known()
     if not target.exists():
@@ -215,8 +216,8 @@ def loaded_files(target: DeltaTarget, record: bool = True) -> set[tuple[str, str
             known.add((path, version))
             size, mtime = (int(v) for v in version.split("-"))
             missed.append(_index_row(LandedFile(path, size, mtime), "loaded", rows, load))
-    if record:
-        index.record(missed)
+    if spark is not None:
+        index.record(spark, missed)
     return known
 
 
@@ -234,10 +235,13 @@ def _index_row(file: LandedFile, status: str, rows: int, load: Mapping | None, r
 
 
 def pending_files(
-    spec: TableSpec, target: DeltaTarget, now: datetime | None = None, record: bool = True
+    spec: TableSpec,
+    target: DeltaTarget,
+    now: datetime | None = None,
+    spark: SparkSession | None = None,
 ):
     """Ready files not yet loaded or quarantined, and the listing they came from
-    (``record``: see ``loaded_files``; False writes nothing).
+    (``spark``: see ``loaded_files``; without it nothing is written).
 
     Raises:
         SourceNotFoundError: an object-store folder could not be listed.
@@ -252,7 +256,7 @@ def pending_files(
             "check the bucket or container in source.path and the warehouse's storage "
             "settings (credentials, region, endpoint)",
         ) from exc
-    known = loaded_files(target, record)
+    known = loaded_files(target, spark)
     return [f for f in listing.ready if f.identity not in known], listing
 
 
@@ -281,7 +285,7 @@ def load_landing(
         )
     landing = _landing(spec)
     started = now or datetime.now(timezone.utc)
-    pending, listing = pending_files(spec, target, started)
+    pending, listing = pending_files(spec, target, started, spark)
     already = len(listing.ready) - len(pending)
     if not pending:
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
@@ -323,20 +327,21 @@ def load_landing(
         rows_read, commit = 0, None
         if any(n for _, n in good):
             rows_read = _stage_increment(spark, raw_path, loaded, local, started, increment_path)
-            commit = _commit(spec, target, increment_path, good, run_id, partition_label)
+            commit = _commit(spark, spec, target, increment_path, good, run_id, partition_label)
         elif good and target.exists():
             # Versions without rows (a file rewritten empty): a commit that only lists
             # them, so silver drops the lines of their earlier versions.
-            commit = target.record(_files_metadata(good, run_id, partition_label))
+            commit = target.record(spark, _files_metadata(good, run_id, partition_label))
         crash_point("after_commit")
         load = {"version": commit.version} if commit and commit.version is not None else None
         FileIndex(target).record(
+            spark,
             [_index_row(f, "loaded", n, load) for f, n in good]
             + [
                 _index_row(f, "quarantined", 0, None, quarantined[f.path])
                 for f in pending
                 if f.path in quarantined
-            ]
+            ],
         )
         for path, reason in quarantined.items():
             folder.quarantine(path, quarantine_dir(source_path, landing), reason)
@@ -492,6 +497,7 @@ def _stage_increment(
 
 
 def _commit(
+    spark: SparkSession,
     spec: TableSpec,
     target: DeltaTarget,
     increment_path: str,
@@ -503,10 +509,10 @@ def _commit(
     without rows too) in the same commit's metadata."""
     state = target.state("timestamp")
     return target.commit(
+        spark,
         state,
         increment_path,
         append_plan(list(FILE_KEYS), INGESTED_AT),
-        kind="timestamp",
         cursor_before=None,
         cursor_after=None,
         metadata=_files_metadata(good, run_id, partition_label),

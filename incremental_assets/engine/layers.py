@@ -1,11 +1,12 @@
 """Downstream layers of a Delta table (silver after bronze, gold after silver), each run
 reading only what changed upstream.
 
-A layer records the upstream Delta version it covers in its own commit, as the application
-transaction ``incremental_assets/<layer>#<upstream>`` (a version watermark between two
-Delta tables) beside the commit metadata ``incremental_assets.upstream`` and
-``incremental_assets.upstream_version``. So the layer's data and the version it covers
-land together or not at all, and a re-run after a crash reads the same files again.
+A layer records the upstream Delta version it covers in its own commit, written by Spark's
+Delta Lake as the idempotent write ``incremental_assets/<layer>#<upstream>`` at that
+version (a version watermark between two Delta tables), with the commit record's
+``upstream`` and ``upstream_version`` (``engine.delta_commits``). So the layer's data and
+the version it covers land together or not at all, a re-run after a crash reads the same
+files again, and a second commit covering the same version is skipped by Delta itself.
 
 The pieces:
 
@@ -16,19 +17,14 @@ The pieces:
 - :func:`rewritten_files` and :func:`older_versions`: for a landing bronze upstream, the
   source files rewritten in place since that version, and a predicate on the rows of
   their earlier versions (which a layer holding them should drop);
-- :func:`covering_properties`: the commit properties that record the covered version.
+- :func:`covering`: the commit's transaction and record that say which version it covers,
+  for ``delta_commits.append`` (DataFrame writes) or ``delta_commits.idempotent`` (MERGE).
 
 Example (an append-only layer of invoice headers after an invoices bronze table; the
 README's "Your own layers" runs it)::
 
-    from deltalake import write_deltalake
-
-    from incremental_assets.engine import DeltaTarget
-    from incremental_assets.engine.layers import (
-        added_since,
-        covered_version,
-        covering_properties,
-    )
+    from incremental_assets.engine import DeltaTarget, delta_commits
+    from incremental_assets.engine.layers import added_since, covered_version, covering
 
     bronze = DeltaTarget("invoices_bronze", "data/warehouse/invoices_bronze")
     headers = DeltaTarget("invoice_headers", "data/warehouse/invoice_headers")
@@ -36,24 +32,18 @@ README's "Your own layers" runs it)::
     since = covered_version(headers, bronze)
     added, bronze_version = added_since(spark, bronze, since)
     if bronze_version != since:  # otherwise bronze has nothing new
-        rows = added.select("InvoiceNumber", "StoreID", "TotalAmount").toArrow()
-        write_deltalake(
-            headers.path,
-            rows,
-            mode="append",
-            commit_properties=covering_properties(headers, bronze, bronze_version),
-        )
+        rows = added.select("InvoiceNumber", "StoreID", "TotalAmount")
+        delta_commits.append(rows, headers.spark_path, **covering(headers, bronze, bronze_version))
 """
 
 from __future__ import annotations
 
 import json
-import time
+from typing import Any
 
-from deltalake import CommitProperties, Transaction
 from pyspark.sql import DataFrame, SparkSession
 
-from incremental_assets.engine import delta_io
+from incremental_assets.engine import delta_commits, delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.landing import loaded_files
 from incremental_assets.specs.landing import FILE_VERSION, SOURCE_FILE
@@ -99,7 +89,7 @@ def rewritten_files(bronze: DeltaTarget, since: int) -> dict[str, str]:
     if not newest:
         return {}
     earlier: dict[str, set[str]] = {}
-    for path, version in loaded_files(bronze, record=False):
+    for path, version in loaded_files(bronze):
         if path in newest:
             earlier.setdefault(path, set()).add(version)
     return {p: v for p, (_, v) in newest.items() if earlier.get(p, set()) - {v}}
@@ -119,17 +109,18 @@ def older_versions(alias: str, files: dict[str, str]) -> str:
     )
 
 
-def covering_properties(
+def covering(
     target: DeltaTarget, upstream: DeltaTarget, version: int, extra: dict | None = None
-) -> CommitProperties:
-    """Commit properties that record, in ``target``'s commit, that it covers ``upstream``
-    up to ``version`` (plus ``extra`` commit metadata)."""
-    now = int(time.time() * 1000)
-    return CommitProperties(
-        custom_metadata={
-            "incremental_assets.upstream": upstream.table_name,
-            "incremental_assets.upstream_version": str(version),
+) -> dict[str, Any]:
+    """The keyword arguments (``app_id``, ``version``, ``metadata``) of a write to
+    ``target`` that records, in the same commit, that it covers ``upstream`` up to
+    ``version`` (plus ``extra`` in the commit record)."""
+    metadata = delta_commits.record(
+        {
+            "layer": target.table_name,
+            "upstream": upstream.table_name,
+            "upstream_version": str(version),
             **(extra or {}),
-        },
-        app_transactions=[Transaction(layer_app_id(target, upstream), version, now)],
+        }
     )
+    return {"app_id": layer_app_id(target, upstream), "version": version, "metadata": metadata}

@@ -11,13 +11,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from deltalake.table import TableMerger
+from delta.tables import DeltaMergeBuilder, DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from incremental_assets.engine.transforms import ROW_HASH, quote
 
 Deletes = Literal["hard", "soft"]
-# A strategy's merge clauses: (the plan, the merger, every column as ``s.<column>``).
-Clauses = Callable[["MergePlan", TableMerger, dict[str, str]], TableMerger]
+# A column the target's rows carry in ``acting_rows``: null in ``t`` when no row matched.
+PRESENT = "_ia_present"
+MATCHED = f"t.{PRESENT} IS NOT NULL"
+UNMATCHED = f"t.{PRESENT} IS NULL"
+# A strategy's merge clauses: (the plan, Spark's merge builder, every column as
+# ``s.<column>``), given in Spark's API (``whenMatchedUpdate(condition=, set=)``, ...).
+Clauses = Callable[["MergePlan", DeltaMergeBuilder, dict[str, str]], DeltaMergeBuilder]
 
 
 @dataclass(frozen=True)
@@ -35,21 +42,34 @@ class MergePlan:
     staged_only_columns: tuple[str, ...] = ()
     # Hard deletes are recorded beside the target (``Tombstones``).
     tombstones: bool = False
+    # When a staged row ``s`` changes the target, given its matching row ``t`` (``MATCHED``
+    # or ``UNMATCHED``): the clauses' conditions, as one SQL condition.
+    acts: str = "TRUE"
+    identity: tuple[str, ...] = ()
 
     @property
     def writes_by_merge_only(self) -> bool:
         """Change sets hold delete rows: even a first load must go through the merge."""
         return bool(self.staged_only_columns)
 
-    def apply(self, merger: TableMerger, columns: Sequence[str]) -> TableMerger:
-        # Every column by name, quoted for delta-rs's SQL (double quotes): its *_all clauses
-        # cannot take a column whose name holds a backtick, nor may a name be a bare key.
-        every = {_named(c): f"s.{_named(c)}" for c in columns}
+    def acting_rows(self, staged: DataFrame, current: DataFrame) -> DataFrame:
+        """The staged rows a merge would act on, given the target's ``current`` rows (at
+        least those that may match): the others (older or identical re-reads) are left
+        out, so the merge rewrites no file for them, and a window with none commits no
+        data at all."""
+        present = current.withColumn(PRESENT, F.lit(True))
+        joined = staged.alias("s").join(present.alias("t"), F.expr(self.predicate), "left")
+        return joined.filter(F.expr(self.acts)).select("s.*")
+
+    def merge(
+        self, spark: SparkSession, path: str, staged: DataFrame, columns: Sequence[str]
+    ) -> DeltaMergeBuilder:
+        """Spark's merge of ``staged`` (alias ``s``) into the Delta table at ``path``
+        (alias ``t``), with the strategy's clauses over ``columns``."""
+        merger = DeltaTable.forPath(spark, path).alias("t").merge(staged.alias("s"), self.predicate)
+        # Every column by name, in backquotes: a name may hold dots or backquotes.
+        every = {quote(c): f"s.{quote(c)}" for c in columns}
         return self.clauses(self, merger, every)
-
-
-def _named(column: str) -> str:
-    return '"' + column.replace('"', '""') + '"'
 
 
 def matching(columns: Sequence[str]) -> str:
@@ -66,19 +86,23 @@ def merge_plan(
     staged_only_columns: tuple[str, ...] = (),
     tombstones: bool = False,
     identity: Sequence[str] | None = None,
+    acts: str = "TRUE",
 ) -> MergePlan:
     """A plan matching target rows by ``identity`` (default: the keys); ``newer`` is the
     watermark order, ties broken by the larger content hash (an arbitrary but fixed rule,
     so two versions stamped with the same time converge whatever the order)."""
     wm, h = quote(watermark), quote(ROW_HASH)
     newer = f"s.{wm} > t.{wm} OR (s.{wm} = t.{wm} AND s.{h} > t.{h})"
+    identity = tuple(identity or keys)
     return MergePlan(
         keys=tuple(keys),
         watermark=watermark,
-        predicate=matching(list(identity) if identity else list(keys)),
+        predicate=matching(list(identity)),
         newer=newer,
         clauses=clauses,
         deletes=deletes,
         staged_only_columns=staged_only_columns,
         tombstones=tombstones,
+        acts=acts.format(newer=f"({newer})", matched=MATCHED, unmatched=UNMATCHED),
+        identity=identity,
     )

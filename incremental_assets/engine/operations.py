@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from deltalake.exceptions import CommitFailedError
+from pyspark.sql import SparkSession
 
 from incremental_assets.engine import delta_io
 from incremental_assets.engine.delta_store import NO_CURSOR, DeltaTarget, row_count
-from incremental_assets.engine.errors import IncrementalLoadError, OperationError
+from incremental_assets.engine.errors import (
+    ConcurrentLoadError,
+    IncrementalLoadError,
+    OperationError,
+)
 from incremental_assets.engine.watermarks import (
     ID_MIN,
     WatermarkValue,
@@ -164,9 +168,11 @@ def rewind(
     *,
     by: str,
     reason: str,
+    spark: SparkSession,
 ) -> RewindResult:
     """Move the table's cursor back to ``to`` (None: reset it, so the next run loads from
-    the start of the table's history), in a Delta commit that records who and why.
+    the start of the table's history), in a Delta commit (written by ``spark``) that
+    records who and why.
 
     The commit changes no data: the next run re-extracts from the new cursor (minus the
     lookback) and merges as usual, so rows already loaded are matched, not duplicated.
@@ -228,8 +234,8 @@ def rewind(
         "reason": reason,
     }
     try:
-        version = target.record_rewind(state, spec.watermark.kind, value, metadata)
-    except CommitFailedError:
+        version = target.record_rewind(spark, state, value, metadata)
+    except ConcurrentLoadError:
         raise OperationError(
             name,
             "a load committed to the table while the rewind was being written; nothing "

@@ -6,12 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow.dataset as pads
-from deltalake import write_deltalake
+from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import changes, quality, staging, transforms
-from incremental_assets.engine.delta_store import DeltaTarget, SideTable, Tombstones, row_count
+from incremental_assets.engine import changes, delta_commits, quality, staging, transforms
+from incremental_assets.engine.delta_store import (
+    DeltaTarget,
+    SideTable,
+    Tombstones,
+    row_count,
+    table_options,
+)
 from incremental_assets.engine.merge_plan import MergePlan, matching
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import TableSpec
@@ -24,22 +30,25 @@ class Quarantine(SideTable):
 
     SUFFIX = "quarantine"
 
-    def record(self, staged_path: str, identity: list[str]) -> int:
-        dataset = pads.dataset(staged_path, format="parquet")
-        rows = dataset.count_rows()
+    def record(self, spark: SparkSession, staged_path: str, identity: list[str]) -> int:
+        rows = pads.dataset(staged_path, format="parquet").count_rows()
         if not rows:
             return 0
-        options = self.location.storage_options or None
+        diverted = spark.read.parquet(staged_path)
+        record = delta_commits.record({"side_table": self.SUFFIX})
+        path = self.location.spark_path
         if not self.location.exists():
-            write_deltalake(self.location.path, dataset.to_table(), storage_options=options)
+            options = table_options(diverted.columns)
+            delta_commits.append(diverted, path, record, options=options)
             return rows
-        predicate = matching(identity)
-        (
-            self.location.open()
-            .merge(dataset.to_table(), predicate, source_alias="s", target_alias="t")
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        with delta_commits.idempotent(spark, None, None, record):
+            (
+                SparkDeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(diverted.alias("s"), matching(identity))
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
         return rows
 
     def rows(self) -> int:
@@ -98,10 +107,10 @@ def replay(
         if released:
             cursor = format_value(state.cursor)
             commit = target.commit(
+                spark,
                 state,
                 f"{stage}/replay",
                 plan,
-                kind=spec.watermark.kind,
                 cursor_before=state.cursor,
                 cursor_after=None,  # the watermark stays where it is
                 metadata={
@@ -113,7 +122,7 @@ def replay(
                 partition_by=list(spec.target.partition_by),
                 add_new_columns=False,
             )
-            _release(held, f"{stage}/released", identity_of(spec))
+            _release(spark, held, f"{stage}/released", identity_of(spec))
     finally:
         staging.remove(stage)
     return ReplayResult(
@@ -132,12 +141,16 @@ def identity_of(spec: TableSpec) -> list[str]:
     return list(dict.fromkeys([*spec.keys, spec.watermark.column, transforms.ROW_HASH]))
 
 
-def _release(held: Quarantine, released_path: str, identity: list[str]) -> None:
-    released = pads.dataset(released_path, format="parquet").to_table()
-    predicate = matching(identity)
-    (
-        held.location.open()
-        .merge(released, predicate, source_alias="s", target_alias="t")
-        .when_matched_delete()
-        .execute()
-    )
+def _release(
+    spark: SparkSession, held: Quarantine, released_path: str, identity: list[str]
+) -> None:
+    released = spark.read.parquet(released_path)
+    record = delta_commits.record({"side_table": held.SUFFIX, "released": True})
+    with delta_commits.idempotent(spark, None, None, record):
+        (
+            SparkDeltaTable.forPath(spark, held.location.spark_path)
+            .alias("t")
+            .merge(released.alias("s"), matching(identity))
+            .whenMatchedDelete()
+            .execute()
+        )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from pyspark.sql import SparkSession
+
 from incremental_assets.engine import quality
 from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, TargetState
 from incremental_assets.engine.faults import crash_point
@@ -24,6 +26,7 @@ def merge_plan_of(spec: TableSpec) -> MergePlan:
 
 
 def commit(
+    spark: SparkSession,
     strategy: Strategy,
     target: DeltaTarget,
     state: TargetState,
@@ -35,14 +38,14 @@ def commit(
     """Record the side tables, then commit the staged increment with the new cursor and
     the run's metadata."""
     spec = strategy.spec
-    _record_beside_target(strategy, target, extracted)
+    _record_beside_target(spark, strategy, target, extracted)
     crash_point("before_commit")
     gaps, guard, report = extracted.gaps, extracted.guard, extracted.quality
     return target.commit(
+        spark,
         state,
         extracted.staged_path,
         strategy.merge_plan(),
-        kind=spec.watermark.kind,
         cursor_before=window.cursor_before,
         cursor_after=window.cursor_after,
         metadata={
@@ -68,14 +71,16 @@ def commit(
     )
 
 
-def _record_beside_target(strategy: Strategy, target: DeltaTarget, extracted: Extract) -> None:
+def _record_beside_target(
+    spark: SparkSession, strategy: Strategy, target: DeltaTarget, extracted: Extract
+) -> None:
     """Side tables are written before the target's commit: quarantined rows, and the
     strategy's own (hard-delete tombstones, a history table's new changes). Each, left by a
     run that died before its commit, is harmless to the re-run (see Quarantine, Tombstones
     and ChangeLog)."""
     if os.path.isdir(extracted.quarantined_path):
-        Quarantine(target).record(extracted.quarantined_path, identity_of(strategy.spec))
-    strategy.record_beside_target(target, extracted.staged_path, extracted.logged_path)
+        Quarantine(target).record(spark, extracted.quarantined_path, identity_of(strategy.spec))
+    strategy.record_beside_target(spark, target, extracted.staged_path, extracted.logged_path)
 
 
 def _quality_metadata(report: quality.QualityReport) -> dict:

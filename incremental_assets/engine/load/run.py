@@ -83,7 +83,7 @@ def run_load(
 
         with phase("commit"):
             committed = commit(
-                strategy, target, state, request, window, extracted, probed.out_of_range
+                spark, strategy, target, state, request, window, extracted, probed.out_of_range
             )
         hook("committed")
         crash_point("after_commit")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deltalake.table import TableMerger
+from delta.tables import DeltaMergeBuilder
 
 from incremental_assets.engine.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.strategies.base import Strategy
@@ -20,8 +20,10 @@ class Append(Strategy):
 
 def append_plan(keys: Sequence[str], watermark: str) -> MergePlan:
     """The merge of an insert-only increment (also landing files into bronze)."""
-    return merge_plan(keys, watermark, _insert_new)
+    return merge_plan(keys, watermark, _insert_new, acts="{unmatched}")
 
 
-def _insert_new(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
-    return merger.when_not_matched_insert(updates=every)
+def _insert_new(
+    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
+) -> DeltaMergeBuilder:
+    return merger.whenNotMatchedInsert(values=every)

@@ -216,7 +216,11 @@ class Strategy:
         raise NotImplementedError
 
     def record_beside_target(
-        self, target: DeltaTarget, staged_path: str, logged_path: str | None
+        self,
+        spark: SparkSession,
+        target: DeltaTarget,
+        staged_path: str,
+        logged_path: str | None,
     ) -> None:
         """Side tables written before the target's commit (tombstones, a change log)."""
 

@@ -5,8 +5,7 @@ tombstone kept beside the table stops older changes from bringing it back) or so
 
 from __future__ import annotations
 
-import pyarrow.dataset as pads
-from deltalake.table import TableMerger
+from delta.tables import DeltaMergeBuilder
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine import changes
@@ -57,15 +56,20 @@ class Cdc(Strategy):
             deletes=deletes,
             staged_only_columns=(changes.OP,),
             tombstones=deletes == "hard",
+            acts=change_set_acts(deletes),
         )
 
     def record_beside_target(
-        self, target: DeltaTarget, staged_path: str, logged_path: str | None
+        self,
+        spark: SparkSession,
+        target: DeltaTarget,
+        staged_path: str,
+        logged_path: str | None,
     ) -> None:
         """Hard deletes: their tombstones."""
         plan = self.merge_plan()
         if plan.tombstones:
-            staged = pads.dataset(staged_path, format="parquet")
+            staged = spark.read.parquet(staged_path)
             Tombstones(target).record(staged, list(plan.keys), plan.watermark)
 
     def delete_guard(
@@ -91,18 +95,28 @@ class Cdc(Strategy):
         )
 
 
-def change_set_clauses(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
+def change_set_acts(deletes: str) -> str:
+    """When a staged change acts (see ``change_set_clauses``): a newer change of a row the
+    target holds, or (hard deletes) an upsert of a row it does not."""
+    if deletes == "hard":
+        return f"({{matched}} AND {{newer}}) OR ({{unmatched}} AND s.{changes.OP} = 'U')"
+    return "{unmatched} OR {newer}"
+
+
+def change_set_clauses(
+    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
+) -> DeltaMergeBuilder:
     """A change set (upserts and deletes by ``_ia_op``), newer changes winning."""
     is_delete, is_upsert = f"s.{changes.OP} = 'D'", f"s.{changes.OP} = 'U'"
     if plan.deletes == "hard":
         return (
-            merger.when_matched_delete(predicate=f"{is_delete} AND ({plan.newer})")
-            .when_matched_update(updates=every, predicate=f"{is_upsert} AND ({plan.newer})")
-            .when_not_matched_insert(updates=every, predicate=is_upsert)
+            merger.whenMatchedDelete(condition=f"{is_delete} AND ({plan.newer})")
+            .whenMatchedUpdate(condition=f"{is_upsert} AND ({plan.newer})", set=every)
+            .whenNotMatchedInsert(condition=is_upsert, values=every)
         )
     # Soft: the row stays, flagged; it is the tombstone. The delete's own values win (an
     # image of the row at deletion, or nulls): never blended with older values, so the
     # result does not depend on the order changes arrive in.
-    return merger.when_matched_update(updates=every, predicate=plan.newer).when_not_matched_insert(
-        updates=every
+    return merger.whenMatchedUpdate(condition=plan.newer, set=every).whenNotMatchedInsert(
+        values=every
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from deltalake.table import TableMerger
+from delta.tables import DeltaMergeBuilder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -148,14 +148,19 @@ class Scd2(Strategy):
             _versions,
             staged_only_columns=(changes.OP, CHANGE),
             identity=[*spec.keys, self.options.valid_from],
+            acts=f"{{matched}} OR s.{changes.OP} = 'U'",
         )
 
     def record_beside_target(
-        self, target: DeltaTarget, staged_path: str, logged_path: str | None
+        self,
+        spark: SparkSession,
+        target: DeltaTarget,
+        staged_path: str,
+        logged_path: str | None,
     ) -> None:
         """The run's changes new to the change log."""
         if logged_path:
-            ChangeLog(target).append(logged_path)
+            ChangeLog(target).append(spark, logged_path)
 
     def change_counts(self, staged_path: str) -> dict[str, int]:
         return change_counts(staged_path, HISTORY_KINDS)
@@ -168,12 +173,14 @@ class Scd2(Strategy):
         return max(extracted - fresh, 0)
 
 
-def _versions(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
+def _versions(
+    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
+) -> DeltaMergeBuilder:
     """Versions written where they differ, removed where history no longer has them."""
     return (
-        merger.when_matched_delete(predicate=f"s.{changes.OP} = 'D'")
-        .when_matched_update(updates=every, predicate=f"s.{changes.OP} = 'U'")
-        .when_not_matched_insert(updates=every, predicate=f"s.{changes.OP} = 'U'")
+        merger.whenMatchedDelete(condition=f"s.{changes.OP} = 'D'")
+        .whenMatchedUpdate(condition=f"s.{changes.OP} = 'U'", set=every)
+        .whenNotMatchedInsert(condition=f"s.{changes.OP} = 'U'", values=every)
     )
 
 

@@ -16,7 +16,7 @@ from incremental_assets.engine.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.base import Strategy, Transform, last_load_time
-from incremental_assets.engine.strategies.cdc import change_set_clauses
+from incremental_assets.engine.strategies.cdc import change_set_acts, change_set_clauses
 from incremental_assets.engine.strategies.deletes import judge_deletes
 from incremental_assets.engine.strategies.rows import change_counts, staged
 from incremental_assets.engine.windows import LoadRequest, Window, snapshot_window
@@ -111,6 +111,7 @@ class Snapshot(Strategy):
             change_set_clauses,
             deletes=self.options.deletes,
             staged_only_columns=(changes.OP, CHANGE),
+            acts=change_set_acts(self.options.deletes),
         )
 
     def change_counts(self, staged_path: str) -> dict[str, int]:

@@ -4,7 +4,7 @@ writes nothing."""
 
 from __future__ import annotations
 
-from deltalake.table import TableMerger
+from delta.tables import DeltaMergeBuilder
 
 from incremental_assets.engine.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.strategies.base import Strategy
@@ -14,10 +14,17 @@ class Upsert(Strategy):
     kind = "upsert"
 
     def merge_plan(self) -> MergePlan:
-        return merge_plan(self.spec.keys, self.spec.watermark.column, _newer_wins)
+        return merge_plan(
+            self.spec.keys,
+            self.spec.watermark.column,
+            _newer_wins,
+            acts="{unmatched} OR {newer}",
+        )
 
 
-def _newer_wins(plan: MergePlan, merger: TableMerger, every: dict[str, str]) -> TableMerger:
-    return merger.when_matched_update(updates=every, predicate=plan.newer).when_not_matched_insert(
-        updates=every
+def _newer_wins(
+    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
+) -> DeltaMergeBuilder:
+    return merger.whenMatchedUpdate(condition=plan.newer, set=every).whenNotMatchedInsert(
+        values=every
     )

@@ -1,0 +1,142 @@
+"""How the loader's commits are written by Spark's Delta Lake and read back from the log.
+
+Every commit the loader makes carries its record as the commit's ``userMetadata``: a JSON
+object ``{"incremental_assets": {...}}`` (table, run, window, cursor, counts). A commit that
+moves a table's state also carries an application transaction, Delta's idempotent-write
+marker (``txnAppId``/``txnVersion``): its version is the table's commit sequence, one more
+than the last. Spark skips a write whose version is not above the recorded one, and fails
+one that races another writer of the same transaction, so a run that planned its window on
+a state another run has since moved commits nothing.
+
+Reading needs no Spark: the log's commit infos and transactions are read with delta-rs
+(``DeltaTarget``), which never writes.
+
+Example:
+    >>> with idempotent(spark, "incremental_assets/orders", 8, {"run_id": "r1"}):  # doctest: +SKIP
+    ...     DeltaTable.forPath(spark, path).merge(...).execute()
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+KEY = "incremental_assets"
+# The session settings that make Delta's next DML command (MERGE, UPDATE, DELETE) an
+# idempotent write with commit metadata; DataFrame writes take the same as options.
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_SESSION_KEYS = (TXN_APP_ID, TXN_VERSION, USER_METADATA)
+# Session settings are shared by the threads of one session: one commit sets them at a time.
+_LOCK = threading.RLock()
+
+
+def plain(value: Any) -> Any:
+    """A metadata value as the log keeps it: text, number, bool or None; anything else as
+    JSON text."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return json.dumps(value, default=str)
+
+
+def record(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` with plain values and a unique ``commit_id``, by which the run finds
+    its own commit in the log afterwards."""
+    return {**{k: plain(v) for k, v in metadata.items()}, "commit_id": uuid.uuid4().hex}
+
+
+def user_metadata(metadata: Mapping[str, Any]) -> str:
+    return json.dumps({KEY: dict(metadata)}, default=str, sort_keys=True)
+
+
+def parse(commit: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The loader's record in a commit info read from the log, or None when the commit is
+    not the loader's. Commits written by earlier releases (through delta-rs) kept the
+    record as top-level ``incremental_assets.<key>`` entries; they are read the same way."""
+    text = commit.get("userMetadata")
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            value = json.loads(text).get(KEY)
+        except (ValueError, AttributeError):
+            value = None
+        if isinstance(value, dict):
+            return dict(value)
+    prefix = f"{KEY}."
+    legacy = {k.removeprefix(prefix): v for k, v in commit.items() if k.startswith(prefix)}
+    if legacy:
+        legacy["legacy"] = True
+        return legacy
+    return None
+
+
+def writer_options(
+    app_id: str | None, version: int | None, metadata: Mapping[str, Any]
+) -> dict[str, str]:
+    """DataFrameWriter options for an idempotent write with the loader's record."""
+    options = {"userMetadata": user_metadata(metadata)}
+    if app_id is not None and version is not None:
+        options |= {"txnAppId": app_id, "txnVersion": str(version)}
+    return options
+
+
+@contextmanager
+def idempotent(
+    spark: SparkSession,
+    app_id: str | None,
+    version: int | None,
+    metadata: Mapping[str, Any],
+) -> Iterator[None]:
+    """Within the block, Delta's DML commands commit with the loader's record and, given
+    ``app_id``, as the idempotent write ``(app_id, version)``. The settings are removed
+    when the block ends, however it ends."""
+    with _LOCK:
+        spark.conf.set(USER_METADATA, user_metadata(metadata))
+        if app_id is not None and version is not None:
+            spark.conf.set(TXN_APP_ID, app_id)
+            spark.conf.set(TXN_VERSION, str(version))
+        try:
+            yield
+        finally:
+            for key in _SESSION_KEYS:
+                spark.conf.unset(key)
+
+
+def append(
+    df: DataFrame,
+    path: str,
+    metadata: Mapping[str, Any],
+    *,
+    app_id: str | None = None,
+    version: int | None = None,
+    mode: str = "append",
+    partition_by: list[str] | None = None,
+    options: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``df`` to the Delta table at ``path`` (``mode`` "error" creates it, failing if
+    it exists) in one commit carrying ``metadata``."""
+    writer = df.write.format("delta").mode(mode)
+    for key, value in {**writer_options(app_id, version, metadata), **(options or {})}.items():
+        writer = writer.option(key, value)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(path)
+
+
+def empty_commit(
+    spark: SparkSession,
+    path: str,
+    metadata: Mapping[str, Any],
+    *,
+    app_id: str | None = None,
+    version: int | None = None,
+) -> None:
+    """A commit that adds no rows: the loader's record (and transaction) alone."""
+    nothing = spark.read.format("delta").load(path).limit(0)
+    append(nothing, path, metadata, app_id=app_id, version=version)
