@@ -10,7 +10,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from incremental_assets.engine import delta_io
+from incremental_assets.engine import delta_commits, delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.landing import load_landing
 from incremental_assets.engine.layers import covered_version, older_versions, rewritten_files
@@ -56,7 +56,7 @@ def test_the_readme_layer_reads_only_files_added_since_it_last_ran(spark, tmp_pa
     run()
     assert invoices() == ["INV1", "INV2", "INV3"]
     assert covered_version(headers, bronze) == bronze.open().version()
-    assert headers.open().history(1)[0]["incremental_assets.upstream"] == "invoices_bronze"
+    assert delta_commits.parse(headers.open().history(1)[0])["upstream"] == "invoices_bronze"
 
 
 def test_a_file_rewritten_since_a_version_is_named_with_the_rows_of_its_older_version(

@@ -15,7 +15,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from incremental_assets import cli
-from incremental_assets.engine import DeltaTarget, checks
+from incremental_assets.engine import DeltaTarget, checks, delta_commits
 from incremental_assets.engine.delta_store import app_id, tiebreak_app_id
 from incremental_assets.engine.errors import OperationError
 from incremental_assets.engine.explain import explain
@@ -44,7 +44,9 @@ def test_rewind_then_rerun_yields_the_same_table_as_never_rewinding(spark, order
     rewound = DeltaTarget("orders", str(tmp_path / "rewound"))
     _two_days(orders_source, [kept, rewound], spark, spec)
 
-    done = rewind(spec, rewound, "2026-01-01T12:00:00Z", spark=spark, by="alice", reason="shop restore")
+    done = rewind(
+        spec, rewound, "2026-01-01T12:00:00Z", spark=spark, by="alice", reason="shop restore"
+    )
     again = load(spark, spec, rewound, 2)
 
     assert done.cursor_before == at(2, 9) and done.cursor_after == at(1, 12)
@@ -55,11 +57,12 @@ def test_rewind_then_rerun_yields_the_same_table_as_never_rewinding(spark, order
     # The history says who rewound, why, and from where to where.
     commit = DeltaTable(rewound.path).history()[1]  # the one before the re-run's
     assert commit["version"] == done.version
-    assert commit["incremental_assets.by"] == "alice"
-    assert commit["incremental_assets.reason"] == "shop restore"
-    assert commit["incremental_assets.cursor_before"] == "2026-01-02T09:00:00Z"
-    assert commit["incremental_assets.cursor_after"] == "2026-01-01T12:00:00Z"
-    assert "incremental_assets.table" not in commit  # not a load
+    record = delta_commits.parse(commit)
+    assert record["by"] == "alice"
+    assert record["reason"] == "shop restore"
+    assert record["cursor_before"] == "2026-01-02T09:00:00Z"
+    assert record["cursor_after"] == "2026-01-01T12:00:00Z"
+    assert "table" not in record  # not a load
     assert rewound.last_load(DeltaTable(rewound.path))["version"] == again.delta_version
     outcome = checks.watermark_monotonic(rewound, "timestamp")
     assert outcome.passed, outcome.description
@@ -114,7 +117,7 @@ def _table_with_cursor(path: str, table: str, *versions: int, tiebreak: int | No
         )
 
 
-def test_rewind_refuses_what_it_cannot_do_and_says_what_to_change(tmp_path):
+def test_rewind_refuses_what_it_cannot_do_and_says_what_to_change(tmp_path, spark):
     ids = make_spec(
         "unused",
         name="events",
@@ -156,7 +159,7 @@ def test_rewind_refuses_what_it_cannot_do_and_says_what_to_change(tmp_path):
     assert DeltaTable(target.path).version() == 1  # nothing was written
 
 
-def test_a_hybrid_rewind_sets_both_parts_of_the_cursor(tmp_path):
+def test_a_hybrid_rewind_sets_both_parts_of_the_cursor(tmp_path, spark):
     spec = make_spec(
         "unused", watermark={"kind": "hybrid", "tiebreak": "order_id", "lookback": "0s"}
     )
@@ -335,7 +338,7 @@ def test_rewind_and_explain_commands_name_what_to_change(project_file, capsys, m
     assert code == 0 and "2026-01-01T05:00:00Z -> 2026-01-01T01:00:00Z" in out
     assert "reads rows with updated_at after 2026-01-01T00:00:00Z" in out
     commit = DeltaTable(str(project_file.parent / "warehouse" / "orders")).history(1)[0]
-    assert commit["incremental_assets.by"]  # the OS user
+    assert delta_commits.parse(commit)["by"]  # the OS user
     code, _, err = run("explain", "orders", "--partition", "2026-02-30")
     assert code == 1 and "'2026-02-30' is not a partition of table 'orders'" in err
     code, out, _ = run("explain", "orders", "--partition", "2026-01-01", "--json")

@@ -44,8 +44,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
     )
     staging_dir: str | None = Field(
         default=None,
-        description="Folder for the Parquet hand-off from Spark to delta-rs "
-        "(default: the system temp folder).",
+        description="Folder where a run stages its increment between extract and merge "
+        "(default: `_staging` beside the target in a local or mounted warehouse, where "
+        "executors on other machines can read it too; the driver's temp folder for an "
+        "object-store warehouse).",
     )
 
     def storage_options(self) -> dict[str, str]:

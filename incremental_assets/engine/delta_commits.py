@@ -34,6 +34,7 @@ TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _SESSION_KEYS = (TXN_APP_ID, TXN_VERSION, USER_METADATA)
+_RECORD_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
 # Session settings are shared by the threads of one session: one commit sets them at a time.
 _LOCK = threading.RLock()
 
@@ -139,4 +140,14 @@ def empty_commit(
 ) -> None:
     """A commit that adds no rows: the loader's record (and transaction) alone."""
     nothing = spark.read.format("delta").load(path).limit(0)
-    append(nothing, path, metadata, app_id=app_id, version=version)
+    with _LOCK:
+        # Delta leaves out a commit without actions unless told: this one is the record.
+        before = spark.conf.get(_RECORD_EMPTY, None)
+        spark.conf.set(_RECORD_EMPTY, "false")
+        try:
+            append(nothing, path, metadata, app_id=app_id, version=version)
+        finally:
+            if before is None:
+                spark.conf.unset(_RECORD_EMPTY)
+            else:
+                spark.conf.set(_RECORD_EMPTY, before)

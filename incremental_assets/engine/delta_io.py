@@ -8,6 +8,7 @@ deletion vectors nor column mapping, the two features a plain Parquet read would
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,7 +119,13 @@ def _brackets(row: dict, column: str, values: Sequence) -> bool:
 def read_files(
     spark: SparkSession, table: DeltaTable, files: list[dict] | None = None
 ) -> DataFrame:
-    """A DataFrame over the given add actions (all live files when ``files`` is None)."""
+    """A DataFrame over the given add actions (all live files when ``files`` is None).
+
+    The files are read directly, which is exact for tables whose files hold the logical
+    columns and every row of them; a table with column mapping or deletion vectors is read
+    through Spark's Delta Lake instead, keeping the rows of the given files."""
+    if needs_delta_reader(table):
+        return _through_delta(spark, table, files)
     schema = spark_schema(table)
     partition_columns = list(table.metadata().partition_columns)
     if files is None:
@@ -142,8 +149,14 @@ def read_files(
 
 
 def spark_uri(path: str) -> str:
-    """A table location as Spark's Hadoop file systems name it (``s3://`` is ``s3a://``)."""
-    return "s3a://" + path.removeprefix("s3://") if path.startswith("s3://") else path
+    """A table location as Spark's Hadoop file systems name it: ``s3://`` as ``s3a://``,
+    and a relative local path made absolute (the JVM resolves relative paths against its
+    own working folder, not the Python process's)."""
+    if path.startswith("s3://"):
+        return "s3a://" + path.removeprefix("s3://")
+    if "://" in path or path.startswith("file:"):
+        return path
+    return os.path.abspath(path)
 
 
 def may_hold(keys: KeySet, listed: int = 1000) -> Column:
@@ -155,3 +168,24 @@ def may_hold(keys: KeySet, listed: int = 1000) -> Column:
     if len(keys.values) <= listed:
         return column.isin(list(keys.values))
     return column.between(keys.values[0], keys.values[-1])
+
+
+def needs_delta_reader(table: DeltaTable) -> bool:
+    """Whether the table's Parquet files alone would read wrong: physical column names
+    (column mapping) or rows deleted by deletion vectors."""
+    config = table.metadata().configuration
+    mapped = config.get("delta.columnMapping.mode", "none") != "none"
+    return mapped or config.get("delta.enableDeletionVectors") == "true"
+
+
+def _through_delta(spark: SparkSession, table: DeltaTable, files: list[dict] | None) -> DataFrame:
+    rows = (
+        spark.read.format("delta")
+        .option("versionAsOf", table.version())
+        .load(spark_uri(table_root(table)))
+    )
+    if files is None:
+        return rows
+    names = sorted({unquote(row["path"]).rsplit("/", 1)[-1] for row in files})
+    name = F.element_at(F.split(F.col("_metadata.file_path"), "/"), -1)
+    return rows.filter(F.url_decode(name).isin(names) | name.isin(names))

@@ -217,7 +217,7 @@ class DeltaTarget:
             meta["version"] = commit.get("version")
             meta["timestamp"] = commit.get("timestamp")
             meta["operation"] = commit.get("operation")
-            meta["operation_metrics"] = _metrics(commit)
+            meta["operation_metrics"] = operation_metrics(commit)
             out.append(meta)
         return out
 
@@ -500,7 +500,7 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def _metrics(commit: Mapping[str, Any]) -> dict[str, Any]:
+def operation_metrics(commit: Mapping[str, Any]) -> dict[str, Any]:
     """A commit's operation metrics by the names delta-rs gives them
     (``num_target_rows_inserted``, ``num_added_rows``, ...), whoever wrote it."""
     metrics = dict(commit.get("operationMetrics") or {})

@@ -291,7 +291,7 @@ def load_landing(
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
 
     # Absolute: Spark reports the paths it read as absolute URIs, matched against these.
-    stage_root = staging.create(spec.name, staging_dir)
+    stage_root = staging.create(spec.name, staging_dir or staging.beside(target.path))
     try:
         # Object-store files are copied out (only these); local ones are read in place.
         local, moved = folder.local_copies(pending, f"{stage_root}/files")

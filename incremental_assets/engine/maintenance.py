@@ -187,7 +187,7 @@ def _optimize(
     spark: SparkSession, target: DeltaTarget, settings: MaintenanceSettings
 ) -> tuple[int, int]:
     """OPTIMIZE (bin-packing, or ZORDER BY the given columns): files removed and added."""
-    sql = f"OPTIMIZE delta.{_quoted(target.path)}"
+    sql = f"OPTIMIZE delta.{_quoted(target.spark_path)}"
     if settings.zorder:
         sql += f" ZORDER BY ({', '.join(_quoted(c) for c in settings.zorder)})"
     conf = _tag("zorder" if settings.zorder else "compact")
@@ -207,7 +207,7 @@ def _vacuum(
 ) -> int:
     """Delete the removed files older than the retention; returns how many existed. No
     vacuum runs when there is nothing to delete."""
-    sql = f"VACUUM delta.{_quoted(target.path)} RETAIN {settings.retention_hours} HOURS"
+    sql = f"VACUUM delta.{_quoted(target.spark_path)} RETAIN {settings.retention_hours} HOURS"
     conf = {
         **_tag("vacuum"),
         "spark.databricks.delta.retentionDurationCheck.enabled": str(

@@ -87,7 +87,7 @@ def replay(
     business = rows.drop(*quality.QUARANTINE_COLUMNS)
     checked = quality.failed_rules(spec.name, business, rules)
     passing = checked.filter(~quality.diverted(rules)).drop(quality.FAILED)
-    stage = staging.create(spec.name, kind="replay")
+    stage = staging.create(spec.name, staging.beside(target.path), kind="replay")
     try:
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         newest = passing.repartitionByRange(*key_columns).transform(

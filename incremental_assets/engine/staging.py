@@ -18,12 +18,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def beside(target_path: str) -> str | None:
+    """The staging folder of a target in a local or mounted warehouse: ``_staging`` next to
+    it, where every executor that writes the table can read the increment too (None for an
+    object store, whose runs stage in the driver's temp folder; see the README's limits)."""
+    if "://" in target_path and not target_path.startswith("file://"):
+        return None
+    local = target_path.removeprefix("file://")
+    return os.path.join(os.path.dirname(os.path.abspath(local.rstrip("/"))), "_staging")
+
+
 def create(table: str, staging_dir: str | None = None, kind: str = "") -> str:
     """A new, absolute folder ``ia-[<kind>-]<table>-<pid>-*`` under ``staging_dir``
     (default: the system temp folder), for one run; first removes the folders of this
     table's earlier runs whose process is gone. The run removes it with ``remove``."""
     prefix = f"ia-{kind + '-' if kind else ''}{table}-"
     parent = staging_dir or tempfile.gettempdir()
+    os.makedirs(parent, exist_ok=True)
     remove_orphans(parent, prefix)
     return os.path.abspath(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
 

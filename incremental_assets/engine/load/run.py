@@ -72,7 +72,7 @@ def run_load(
             out_of_range=probed.out_of_range,
         )
 
-    stage_root = staging.create(spec.name, staging_dir)
+    stage_root = staging.create(spec.name, staging_dir or staging.beside(target.path))
     try:
         with phase("extract"), naming_source_files(spec.name, source_path):
             extracted = extract(

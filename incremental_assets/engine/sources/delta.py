@@ -44,7 +44,9 @@ class DeltaSource(Source):
         self._files = delta_io.live_files(self._table)
         try:
             self._df = (
-                spark.read.format("delta").option("versionAsOf", self.version).load(spec.path)
+                spark.read.format("delta")
+                .option("versionAsOf", self.version)
+                .load(delta_io.spark_uri(spec.path))
             )
         except (AnalysisException, PySparkException, Py4JJavaError) as exc:
             raise SourceNotFoundError(
