@@ -39,7 +39,11 @@ def at(day: int, hour: float = 0, minute: int = 0, second: int = 0) -> datetime:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}
+    conf = {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "2g",
+        "spark.databricks.delta.snapshotPartitions": "2",
+    }
     # JDBC drivers must be on the classpath when the session starts (test_jdbc.py).
     if Path("/usr/share/java/postgresql.jar").exists():
         conf["spark.jars"] = "/usr/share/java/postgresql.jar"
