@@ -121,12 +121,15 @@ def notebook_merge(spark, source: str, target: str, after_us: int) -> float:
         )
         newest = Window.partitionBy("order_id").orderBy(F.col("updated_at").desc())
         changed = changed.withColumn("_n", F.row_number().over(newest)).filter("_n = 1")
+        changed = changed.drop("_n")
+        # The source's columns (the copy of the target also holds the engine's row hash).
+        every = {c: f"s.{c}" for c in changed.columns}
         (
             SparkDeltaTable.forPath(spark, target)
             .alias("t")
-            .merge(changed.drop("_n").alias("s"), "t.order_id = s.order_id")
-            .whenMatchedUpdateAll(condition="s.updated_at > t.updated_at")
-            .whenNotMatchedInsertAll()
+            .merge(changed.alias("s"), "t.order_id = s.order_id")
+            .whenMatchedUpdate(condition="s.updated_at > t.updated_at", set=every)
+            .whenNotMatchedInsert(values=every)
             .execute()
         )
 
