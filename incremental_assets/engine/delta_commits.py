@@ -35,8 +35,11 @@ TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _SESSION_KEYS = (TXN_APP_ID, TXN_VERSION, USER_METADATA)
 _RECORD_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
+# A merge of staged Parquet, which no one changes during the merge, need not be copied
+# first (Delta's guard against a source changing between the merge's passes).
+STAGED_SOURCE = {"spark.databricks.delta.merge.materializeSource": "none"}
 # Session settings are shared by the threads of one session: one commit sets them at a time.
-_LOCK = threading.RLock()
+SESSION_LOCK = threading.RLock()
 
 
 def plain(value: Any) -> Any:
@@ -93,11 +96,14 @@ def idempotent(
     app_id: str | None,
     version: int | None,
     metadata: Mapping[str, Any],
+    settings: Mapping[str, str] | None = None,
 ) -> Iterator[None]:
     """Within the block, Delta's DML commands commit with the loader's record and, given
-    ``app_id``, as the idempotent write ``(app_id, version)``. The settings are removed
-    when the block ends, however it ends."""
-    with _LOCK:
+    ``app_id``, as the idempotent write ``(app_id, version)`` (and with the session
+    ``settings``). The settings are removed when the block ends, however it ends."""
+    with SESSION_LOCK:
+        for key, value in (settings or {}).items():
+            spark.conf.set(key, value)
         spark.conf.set(USER_METADATA, user_metadata(metadata))
         if app_id is not None and version is not None:
             spark.conf.set(TXN_APP_ID, app_id)
@@ -105,7 +111,7 @@ def idempotent(
         try:
             yield
         finally:
-            for key in _SESSION_KEYS:
+            for key in (*_SESSION_KEYS, *(settings or {})):
                 spark.conf.unset(key)
 
 
@@ -140,7 +146,7 @@ def empty_commit(
 ) -> None:
     """A commit that adds no rows: the loader's record (and transaction) alone."""
     nothing = spark.read.format("delta").load(path).limit(0)
-    with _LOCK:
+    with SESSION_LOCK:
         # Delta leaves out a commit without actions unless told: this one is the record.
         before = spark.conf.get(_RECORD_EMPTY, None)
         spark.conf.set(_RECORD_EMPTY, "false")

@@ -366,7 +366,8 @@ class DeltaTarget:
 
     @staticmethod
     def _merge(spark: SparkSession, builder, record: dict, transaction: dict) -> None:
-        with delta_commits.idempotent(spark, transaction["app_id"], transaction["version"], record):
+        app, version = transaction["app_id"], transaction["version"]
+        with delta_commits.idempotent(spark, app, version, record, delta_commits.STAGED_SOURCE):
             builder.execute()
 
     def record(self, spark: SparkSession, metadata: Mapping[str, Any]) -> CommitResult:

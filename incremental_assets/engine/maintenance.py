@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 from pyspark.sql import SparkSession
 
-from incremental_assets.engine import delta_io
+from incremental_assets.engine import delta_commits, delta_io
 from incremental_assets.engine.delta_store import DeltaTarget
 from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs.locations import SIDE_TABLES
@@ -157,8 +156,9 @@ def maintain(
 
 
 # Spark reads a commit's user metadata and OPTIMIZE's file size from session settings:
-# one maintenance step at a time sets them, so concurrent steps never mix them up.
-_SESSION_SETTINGS = threading.Lock()
+# one step at a time sets them (maintenance or a load's commit, which sets the same
+# user metadata), so concurrent steps never mix them up.
+_SESSION_SETTINGS = delta_commits.SESSION_LOCK
 
 
 @contextmanager

@@ -24,9 +24,6 @@ REQUIRED_CONF: dict[str, str] = {
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    # The engine merges staged Parquet, which no one changes during the merge: Delta need
-    # not copy it first (its guard against a source changing between the merge's passes).
-    "spark.databricks.delta.merge.materializeSource": "none",
 }
 
 LOCAL_DEFAULTS: dict[str, str] = {
