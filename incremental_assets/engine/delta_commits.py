@@ -33,7 +33,6 @@ KEY = "incremental_assets"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-_SESSION_KEYS = (TXN_APP_ID, TXN_VERSION, USER_METADATA)
 _RECORD_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
 # A merge of staged Parquet, which no one changes during the merge, need not be copied
 # first (Delta's guard against a source changing between the merge's passes).
@@ -91,28 +90,38 @@ def writer_options(
 
 
 @contextmanager
+def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """The session ``settings`` within the block, each restored to what it was after it,
+    however the block ends; one block at a time sets them (Spark reads a commit's user
+    metadata and transaction from the session, which its threads share)."""
+    with SESSION_LOCK:
+        before = {key: spark.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+
+
 def idempotent(
     spark: SparkSession,
     app_id: str | None,
     version: int | None,
     metadata: Mapping[str, Any],
     settings: Mapping[str, str] | None = None,
-) -> Iterator[None]:
+):
     """Within the block, Delta's DML commands commit with the loader's record and, given
     ``app_id``, as the idempotent write ``(app_id, version)`` (and with the session
-    ``settings``). The settings are removed when the block ends, however it ends."""
-    with SESSION_LOCK:
-        for key, value in (settings or {}).items():
-            spark.conf.set(key, value)
-        spark.conf.set(USER_METADATA, user_metadata(metadata))
-        if app_id is not None and version is not None:
-            spark.conf.set(TXN_APP_ID, app_id)
-            spark.conf.set(TXN_VERSION, str(version))
-        try:
-            yield
-        finally:
-            for key in (*_SESSION_KEYS, *(settings or {})):
-                spark.conf.unset(key)
+    ``settings``)."""
+    conf = {**(settings or {}), USER_METADATA: user_metadata(metadata)}
+    if app_id is not None and version is not None:
+        conf |= {TXN_APP_ID: app_id, TXN_VERSION: str(version)}
+    return session_settings(spark, conf)
 
 
 def append(
@@ -146,14 +155,6 @@ def empty_commit(
 ) -> None:
     """A commit that adds no rows: the loader's record (and transaction) alone."""
     nothing = spark.read.format("delta").load(path).limit(0)
-    with SESSION_LOCK:
-        # Delta leaves out a commit without actions unless told: this one is the record.
-        before = spark.conf.get(_RECORD_EMPTY, None)
-        spark.conf.set(_RECORD_EMPTY, "false")
-        try:
-            append(nothing, path, metadata, app_id=app_id, version=version)
-        finally:
-            if before is None:
-                spark.conf.unset(_RECORD_EMPTY)
-            else:
-                spark.conf.set(_RECORD_EMPTY, before)
+    # Delta leaves out a commit without actions unless told: this one is the record.
+    with session_settings(spark, {_RECORD_EMPTY: "false"}):
+        append(nothing, path, metadata, app_id=app_id, version=version)

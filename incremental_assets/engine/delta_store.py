@@ -32,6 +32,7 @@ from incremental_assets.engine.errors import (
     TargetOwnedError,
 )
 from incremental_assets.engine.merge_plan import MergePlan, matching
+from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (
     ID_MIN,
@@ -313,7 +314,7 @@ class DeltaTarget:
                 # flagged row is the record of the delete).
                 if plan.deletes != "soft":
                     rows = rows.filter(F.col(OP) == "U")
-                rows = rows.select(*[F.col(_quote(c)) for c in columns])
+                rows = rows.select(*[F.col(quote(c)) for c in columns])
             self._write(
                 lambda: delta_commits.append(
                     rows,
@@ -437,7 +438,7 @@ class Tombstones(SideTable):
 
     def record(self, staged: DataFrame, keys: list[str], watermark: str) -> int:
         deletes = staged.filter(F.col(OP) == "D").select(
-            *[F.col(_quote(c)) for c in [*keys, watermark]]
+            *[F.col(quote(c)) for c in [*keys, watermark]]
         )
         count = deletes.count()
         if count == 0:
@@ -447,7 +448,7 @@ class Tombstones(SideTable):
         if not self.location.exists():
             delta_commits.append(deletes, path, record, options=table_options(deletes.columns))
             return count
-        wm = _quote(watermark)
+        wm = quote(watermark)
         with delta_commits.idempotent(deletes.sparkSession, None, None, record):
             (
                 SparkDeltaTable.forPath(deletes.sparkSession, path)
@@ -479,10 +480,6 @@ class ChangeLog(SideTable):
                 options={"mergeSchema": "true", **table_options(changes.columns)},
             )
         return rows
-
-
-def _quote(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
 
 
 def table_options(columns: list[str]) -> dict[str, str]:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -155,28 +153,6 @@ def maintain(
     )
 
 
-# Spark reads a commit's user metadata and OPTIMIZE's file size from session settings:
-# one step at a time sets them (maintenance or a load's commit, which sets the same
-# user metadata), so concurrent steps never mix them up.
-_SESSION_SETTINGS = delta_commits.SESSION_LOCK
-
-
-@contextmanager
-def _session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    with _SESSION_SETTINGS:
-        before = {key: spark.conf.get(key, None) for key in settings}
-        for key, value in settings.items():
-            spark.conf.set(key, value)
-        try:
-            yield
-        finally:
-            for key, value in before.items():
-                if value is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, value)
-
-
 def _tag(operation: str) -> dict[str, str]:
     """The commit's user metadata: which maintenance step wrote it."""
     user_metadata = json.dumps({MAINTENANCE_KEY: operation})
@@ -193,7 +169,7 @@ def _optimize(
     conf = _tag("zorder" if settings.zorder else "compact")
     if settings.target_size:
         conf["spark.databricks.delta.optimize.maxFileSize"] = str(settings.target_size)
-    with _session_settings(spark, conf):
+    with delta_commits.session_settings(spark, conf):
         metrics = spark.sql(sql).collect()[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
 
@@ -226,7 +202,7 @@ def _vacuum(
             "snapshots older than the retention",
         )
     root = _local(target.path).rstrip("/") + "/"
-    with _session_settings(spark, conf):
+    with delta_commits.session_settings(spark, conf):
         # The log keeps a removed file's tombstone after the file is deleted: count (and
         # act on) the files that still exist.
         dry_run = spark.sql(f"{sql} DRY RUN").collect()
