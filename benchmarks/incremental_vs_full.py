@@ -52,9 +52,10 @@ from bench_cases import (
 )
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget, LoadRequest, LoadResult, delta_io, run_load
-from incremental_assets.engine.delta_io import KeySet
-from incremental_assets.engine.delta_store import operation_metrics, row_count
+from incremental_assets.engine import DeltaTarget, LoadRequest, LoadResult, run_load
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.io import KeySet
+from incremental_assets.engine.delta_lake.store import operation_metrics, row_count
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.engine.watermarks import to_transaction_version
 

@@ -37,7 +37,7 @@ from typing import TypeVar
 from pydantic import SecretStr
 
 from incremental_assets.engine import DeltaTarget, LoadRequest, LoadResult, run_load
-from incremental_assets.engine.delta_store import row_count
+from incremental_assets.engine.delta_lake.store import row_count
 from incremental_assets.engine.sources import open_source
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import TableSpec

@@ -46,7 +46,7 @@ from incremental_assets.demo.invoices import (
     silver_from_bronze,
 )
 from incremental_assets.demo.simulator import random_invoice
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import load_landing, pending_files
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import TableSpec

@@ -565,7 +565,7 @@ def _spark(project, app_name: str):
 
 
 def _target(project, spec):
-    from incremental_assets.engine.delta_store import DeltaTarget
+    from incremental_assets.engine.delta_lake.store import DeltaTarget
 
     # Object stores: warehouse.storage_options, and credentials from the environment
     # (AWS_*, AZURE_*, ...), as the Dagster resource gets them by default.

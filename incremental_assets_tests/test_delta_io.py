@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from incremental_assets.engine import delta_io
-from incremental_assets.engine.delta_io import KeySet
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.io import KeySet
 
 
 def _table_of_files(path, batches: list[list]) -> DeltaTable:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget, delta_commits
-from incremental_assets.engine.delta_store import app_id
+from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets_tests.conftest import ParquetFolder, at, load, make_spec
 
 ROWS = pa.schema([("id", pa.int64()), ("v", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])

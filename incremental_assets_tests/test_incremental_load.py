@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget, LoadRequest, delta_commits, run_load
-from incremental_assets.engine.delta_store import app_id
+from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets.engine.reload import differences
 from incremental_assets_tests.conftest import (
     ParquetFolder,

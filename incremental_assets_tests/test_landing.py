@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import landing
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.explain import explain_landing
 from incremental_assets.engine.landing import FileIndex, list_files, load_landing, newest_versions
 from incremental_assets.engine.operations import table_status

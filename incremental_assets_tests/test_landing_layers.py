@@ -13,7 +13,7 @@ from incremental_assets.demo.invoices import (
     gold_from_silver,
     silver_from_bronze,
 )
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import load_landing
 from incremental_assets_tests.test_landing import NOW, OLD, drop, invoice, landing_spec
 

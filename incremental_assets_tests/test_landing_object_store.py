@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from incremental_assets import cli
 from incremental_assets.defs.build import build_definitions
 from incremental_assets.defs.landing import FILES_QUARANTINED, sensor_name
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.landing import load_landing, newest_versions, quarantine_dir
 from incremental_assets.engine.landing_folder import LandedFile, LandingFolder

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.demo.invoices import gold_from_silver, silver_from_bronze
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import SchemaMismatchError
 from incremental_assets.engine.landing import FileIndex, load_landing
 from incremental_assets.specs import TableSpec

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from incremental_assets.engine import delta_commits, delta_io
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import load_landing
 from incremental_assets.engine.layers import covered_version, older_versions, rewritten_files
 from incremental_assets_tests.test_landing import NOW, OLD, drop, invoice, landing_spec

@@ -12,12 +12,12 @@ from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.defs.build import build_definitions
 from incremental_assets.engine import DeltaTarget, checks
-from incremental_assets.engine.errors import MaintenanceError
-from incremental_assets.engine.maintenance import (
+from incremental_assets.engine.delta_lake.maintenance import (
     MaintenanceSettings,
     maintain,
     maintain_table,
 )
+from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs import load_project
 from incremental_assets_tests.conftest import at, load, make_spec
 

@@ -15,8 +15,9 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from incremental_assets import cli
-from incremental_assets.engine import DeltaTarget, checks, delta_commits
-from incremental_assets.engine.delta_store import app_id, tiebreak_app_id
+from incremental_assets.engine import DeltaTarget, checks
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake.store import app_id, tiebreak_app_id
 from incremental_assets.engine.errors import OperationError
 from incremental_assets.engine.explain import explain
 from incremental_assets.engine.operations import rewind, table_status

@@ -23,7 +23,7 @@ from incremental_assets.defs.metadata import load_metadata
 from incremental_assets.defs.partitions import load_request, partitions_for
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
-from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
 from incremental_assets.engine.landing import run_landing_load
 from incremental_assets.engine.sources.jdbc import failures_explained
 from incremental_assets.engine.watermarks import format_value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from incremental_assets.engine import checks, quality
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.specs import TableSpec

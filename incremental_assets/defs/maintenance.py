@@ -13,11 +13,11 @@ from pydantic import Field
 
 from incremental_assets.defs.assets import pool_name
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
-from incremental_assets.engine.errors import MaintenanceError
-from incremental_assets.engine.maintenance import (
+from incremental_assets.engine.delta_lake.maintenance import (
     MaintenanceSettings,
     maintain_table,
 )
+from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs import ProjectSpec, TableSpec
 
 JOB_NAME = "maintain_tables"

@@ -10,7 +10,7 @@ from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.spark_session import (
     ensure_required_conf,
     spark_conf,

@@ -9,7 +9,7 @@ import dagster as dg
 
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.demo.invoices import gold_from_silver, silver_from_bronze
-from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
 from incremental_assets.specs import ProjectSpec, TableSpec
 
 # Eager, but an unpartitioned layer after a partitioned bronze must not wait for every

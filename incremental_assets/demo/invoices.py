@@ -12,7 +12,7 @@
   replaces exactly those days (one ``replaceWhere`` overwrite, plus the covered version,
   in one commit).
 
-Every write is Spark's Delta Lake (``engine.delta_commits``); delta-rs only reads the logs.
+Every write is Spark's Delta Lake (``engine.delta_lake.commits``); delta-rs only reads the logs.
 
 Example:
     >>> silver_from_bronze(spark, bronze, silver)  # doctest: +SKIP
@@ -31,8 +31,10 @@ from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import delta_commits, delta_io
-from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.maintenance import MAINTENANCE_KEY
+from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
 from incremental_assets.engine.layers import (
     added_since,
     covered_version,
@@ -40,7 +42,6 @@ from incremental_assets.engine.layers import (
     older_versions,
     rewritten_files,
 )
-from incremental_assets.engine.maintenance import MAINTENANCE_KEY
 from incremental_assets.engine.transforms import quote
 from incremental_assets.specs.landing import FILE_ROW, FILE_VERSION, INGESTED_AT, SOURCE_FILE
 
@@ -312,8 +313,8 @@ def _touched_days(silver: DeltaTarget, since: int) -> list[date] | None:
 
 
 def _maintenance(commit: Mapping[str, Any], record: Mapping[str, Any] | None) -> bool:
-    """Whether a commit is the loader's maintenance (``engine.maintenance``): tagged in its
-    user metadata, or, written by an earlier release, as a top-level key."""
+    """Whether a commit is the loader's maintenance (``engine.delta_lake.maintenance``):
+    tagged in its user metadata, or, written by an earlier release, as a top-level key."""
     if record is not None and "maintenance" in record:
         return True
     text = commit.get("userMetadata")

@@ -36,7 +36,7 @@ from incremental_assets.demo.shop_database import (
     shop_database,
 )
 from incremental_assets.demo.simulator import INVOICE_DDL, SourceSimulator, day
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import local_session

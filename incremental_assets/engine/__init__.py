@@ -1,11 +1,12 @@
-"""The load engine: PySpark and Delta (delta-rs), no Dagster import.
+"""The load engine: PySpark and Spark's Delta Lake (delta-rs reads logs only), no Dagster
+import.
 
 Cut by concept: ``sources`` (where rows come from), ``windows`` and ``watermarks`` (which
-rows), ``strategies`` (how they land), ``delta_store`` (state and the exactly-once commit),
-``load`` (one run, end to end).
+rows), ``strategies`` (how they land), ``delta_lake`` (every Delta read and write: state
+and the exactly-once commit), ``load`` (one run, end to end).
 """
 
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import (
     ConcurrentLoadError,
     IncrementalLoadError,

@@ -23,9 +23,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from incremental_assets.engine import delta_io
 from incremental_assets.engine.changes import DELETED_AT, IS_DELETED
-from incremental_assets.engine.delta_store import DeltaTarget, row_count
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
 from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.transforms import ROW_HASH, null_count, quote
 from incremental_assets.engine.watermarks import WatermarkKind, parse_value

@@ -19,8 +19,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
-from incremental_assets.engine import delta_io, predicates
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine import predicates
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import IncrementalLoadError
 from incremental_assets.engine.landing import pending_files
 from incremental_assets.engine.landing_folder import LandedFile

@@ -42,14 +42,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
-from incremental_assets.engine import delta_commits, delta_io, staging
-from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, SideTable
+from incremental_assets.engine import staging
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, SideTable
 from incremental_assets.engine.errors import LandingListError, SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.landing_folder import (
@@ -182,19 +182,7 @@ class FileIndex(SideTable):
         now = datetime.now(timezone.utc)
         table = pa.Table.from_pylist([{**r, "recorded_at": now} for r in rows], self.SCHEMA)
         entries = spark.createDataFrame(table.to_pylist(), from_arrow_schema(self.SCHEMA))
-        record = delta_commits.record({"side_table": self.SUFFIX})
-        path = self.location.spark_path
-        if not self.location.exists():
-            delta_commits.append(entries, path, record)
-            return
-        with delta_commits.idempotent(spark, None, None, record):
-            (
-                SparkDeltaTable.forPath(spark, path)
-                .alias("t")
-                .merge(entries.alias("s"), "t.path = s.path AND t.version = s.version")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+        self.insert_missing(entries, ["path", "version"])
 
 
 def loaded_files(target: DeltaTarget, spark: SparkSession | None = None) -> set[tuple[str, str]]:

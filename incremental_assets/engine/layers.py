@@ -4,7 +4,7 @@ reading only what changed upstream.
 A layer records the upstream Delta version it covers in its own commit, written by Spark's
 Delta Lake as the idempotent write ``incremental_assets/<layer>#<upstream>`` at that
 version (a version watermark between two Delta tables), with the commit record's
-``upstream`` and ``upstream_version`` (``engine.delta_commits``). So the layer's data and
+``upstream`` and ``upstream_version`` (``engine.delta_lake.commits``). So the layer's data and
 the version it covers land together or not at all, a re-run after a crash reads the same
 files again, and a second commit covering the same version is skipped by Delta itself.
 
@@ -23,7 +23,8 @@ The pieces:
 Example (an append-only layer of invoice headers after an invoices bronze table; the
 README's "Your own layers" runs it)::
 
-    from incremental_assets.engine import DeltaTarget, delta_commits
+    from incremental_assets.engine import DeltaTarget
+    from incremental_assets.engine.delta_lake import commits as delta_commits
     from incremental_assets.engine.layers import added_since, covered_version, covering
 
     bronze = DeltaTarget("invoices_bronze", "data/warehouse/invoices_bronze")
@@ -43,8 +44,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from incremental_assets.engine import delta_commits, delta_io
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import loaded_files
 from incremental_assets.specs.landing import FILE_VERSION, SOURCE_FILE
 

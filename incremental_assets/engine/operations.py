@@ -17,8 +17,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.engine import delta_io
-from incremental_assets.engine.delta_store import NO_CURSOR, DeltaTarget, row_count
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import NO_CURSOR, DeltaTarget, row_count
 from incremental_assets.engine.errors import (
     ConcurrentLoadError,
     IncrementalLoadError,

@@ -6,19 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow.dataset as pads
-from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import changes, delta_commits, quality, staging, transforms
-from incremental_assets.engine.delta_store import (
+from incremental_assets.engine import changes, quality, staging, transforms
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan
+from incremental_assets.engine.delta_lake.store import (
     DeltaTarget,
     SideTable,
     Tombstones,
     row_count,
-    table_options,
 )
-from incremental_assets.engine.merge_plan import MergePlan, matching
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import TableSpec
 
@@ -34,21 +32,7 @@ class Quarantine(SideTable):
         rows = pads.dataset(staged_path, format="parquet").count_rows()
         if not rows:
             return 0
-        diverted = spark.read.parquet(staged_path)
-        record = delta_commits.record({"side_table": self.SUFFIX})
-        path = self.location.spark_path
-        if not self.location.exists():
-            options = table_options(diverted.columns)
-            delta_commits.append(diverted, path, record, options=options)
-            return rows
-        with delta_commits.idempotent(spark, None, None, record):
-            (
-                SparkDeltaTable.forPath(spark, path)
-                .alias("t")
-                .merge(diverted.alias("s"), matching(identity))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+        self.insert_missing(spark.read.parquet(staged_path), identity)
         return rows
 
     def rows(self) -> int:
@@ -144,13 +128,4 @@ def identity_of(spec: TableSpec) -> list[str]:
 def _release(
     spark: SparkSession, held: Quarantine, released_path: str, identity: list[str]
 ) -> None:
-    released = spark.read.parquet(released_path)
-    record = delta_commits.record({"side_table": held.SUFFIX, "released": True})
-    with delta_commits.idempotent(spark, None, None, record):
-        (
-            SparkDeltaTable.forPath(spark, held.location.spark_path)
-            .alias("t")
-            .merge(released.alias("s"), matching(identity))
-            .whenMatchedDelete()
-            .execute()
-        )
+    held.delete_matching(spark.read.parquet(released_path), identity, {"released": True})

@@ -33,9 +33,10 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import delta_io, predicates, quality, transforms
+from incremental_assets.engine import predicates, quality, transforms
 from incremental_assets.engine.changes import OP
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import IncrementalLoadError
 from incremental_assets.engine.load import prepared_rows
 from incremental_assets.engine.predicates import Range

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, history, transforms
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.load import history_columns, prepared_rows
 from incremental_assets.engine.sources import open_source
 from incremental_assets.specs import TableSpec

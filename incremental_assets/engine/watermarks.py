@@ -38,7 +38,7 @@ def instant(value: WatermarkValue) -> datetime | int:
 
 def to_transaction_version(value: WatermarkValue, kind: WatermarkKind) -> int:
     """The cursor's (leading) value as a Delta transaction version; a hybrid cursor's id
-    goes into a second application transaction (see ``delta_store``)."""
+    goes into a second application transaction (see ``delta_lake.store``)."""
     value = instant(value)
     if isinstance(value, datetime):
         return (to_utc(value) - _EPOCH) // _MICRO

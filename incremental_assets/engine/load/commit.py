@@ -8,11 +8,11 @@ import os
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import quality
-from incremental_assets.engine.delta_store import CommitResult, DeltaTarget, TargetState
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan
+from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, TargetState
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.load.stage import Extract
-from incremental_assets.engine.merge_plan import MergePlan
 from incremental_assets.engine.quarantine import Quarantine, identity_of
 from incremental_assets.engine.strategies import Strategy, strategy_for
 from incremental_assets.engine.watermarks import format_value

@@ -9,7 +9,7 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import validation
-from incremental_assets.engine.delta_store import DeltaTarget, TargetState
+from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.sources import Source, open_source
 from incremental_assets.engine.strategies import strategy_for

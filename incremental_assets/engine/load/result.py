@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from incremental_assets.engine import quality
-from incremental_assets.engine.delta_store import CommitResult, TargetState
+from incremental_assets.engine.delta_lake.store import CommitResult, TargetState
 from incremental_assets.engine.gaps import Gaps
 from incremental_assets.engine.guards import GuardReport, OutOfRange
 from incremental_assets.engine.sources import Source

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import staging
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.load.commit import commit
 from incremental_assets.engine.load.probe import probe

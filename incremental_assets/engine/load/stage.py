@@ -11,7 +11,7 @@ import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine import quality
-from incremental_assets.engine.delta_store import DeltaTarget, TargetState
+from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.gaps import Gaps, sequence_gaps
 from incremental_assets.engine.guards import GuardReport
 from incremental_assets.engine.sources import Source

@@ -9,7 +9,7 @@ from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import delta_io
+from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.sources.base import Source, first_line

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from delta.tables import DeltaMergeBuilder
 
-from incremental_assets.engine.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.strategies.base import Strategy
 
 

@@ -22,10 +22,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, predicates, quality, transforms, validation
-from incremental_assets.engine.delta_store import DeltaTarget, TargetState
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan
+from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.guards import GuardReport, OutOfRange, out_of_range
-from incremental_assets.engine.merge_plan import MergePlan
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.rows import (

@@ -9,9 +9,9 @@ from delta.tables import DeltaMergeBuilder
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine import changes
-from incremental_assets.engine.delta_store import DeltaTarget, TargetState, Tombstones
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, Tombstones
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
-from incremental_assets.engine.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.strategies.base import Strategy, Transform
 from incremental_assets.engine.strategies.deletes import judge_deletes
 from incremental_assets.specs import TableSpec

@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes
-from incremental_assets.engine.delta_store import DeltaTarget, TargetState, row_count
+from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, row_count
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
 from incremental_assets.specs import TableSpec
 

@@ -13,10 +13,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import changes, delta_io, history, quality, transforms, validation
-from incremental_assets.engine.delta_store import ChangeLog, DeltaTarget, TargetState
+from incremental_assets.engine import changes, history, quality, transforms, validation
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.store import ChangeLog, DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
-from incremental_assets.engine.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.base import Staged, Strategy, Transform

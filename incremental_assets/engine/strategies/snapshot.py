@@ -10,9 +10,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, transforms
-from incremental_assets.engine.delta_store import DeltaTarget, TargetState
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import DeleteGuard, GuardReport, OutOfRange
-from incremental_assets.engine.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.base import Strategy, Transform, last_load_time

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from delta.tables import DeltaMergeBuilder
 
-from incremental_assets.engine.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.strategies.base import Strategy
 
 

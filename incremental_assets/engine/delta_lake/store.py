@@ -1,7 +1,7 @@
 """The Delta target: its committed state (cursor, version) and the exactly-once commit.
 
 The data of a run and its new cursor go into one Delta commit, written by Spark's Delta
-Lake: the cursor in the commit's record (``engine.delta_commits``), the commit made as the
+Lake: the cursor in the commit's record (``engine.delta_lake.commits``), the commit made as the
 idempotent write ``incremental_assets/<table>`` at the table's next commit sequence. The
 Delta log is the truth: a run reads its starting cursor from it, never from the
 orchestrator. Reading the state needs no Spark (delta-rs reads the log; it never writes).
@@ -24,14 +24,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import delta_commits, delta_io
 from incremental_assets.engine.changes import OP
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.merge_plan import MergePlan, matching
 from incremental_assets.engine.errors import (
     ConcurrentLoadError,
     CursorLostError,
     TargetOwnedError,
 )
-from incremental_assets.engine.merge_plan import MergePlan, matching
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (
@@ -425,6 +426,39 @@ class SideTable:
         if not self.location.exists():
             return None
         return self.location.to_spark(spark, holding=holding)
+
+    def insert_missing(
+        self, rows: DataFrame, identity: list[str], extra: Mapping[str, Any] | None = None
+    ) -> None:
+        """Add the ``rows`` whose ``identity`` the table does not hold yet, in one commit
+        (the first one creates the table): recording the same rows twice adds nothing."""
+        record = delta_commits.record({"side_table": self.SUFFIX, **(extra or {})})
+        path = self.location.spark_path
+        if not self.location.exists():
+            delta_commits.append(rows, path, record, options=table_options(rows.columns))
+            return
+        with delta_commits.idempotent(rows.sparkSession, None, None, record):
+            (
+                SparkDeltaTable.forPath(rows.sparkSession, path)
+                .alias("t")
+                .merge(rows.alias("s"), matching(identity))
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+
+    def delete_matching(
+        self, rows: DataFrame, identity: list[str], extra: Mapping[str, Any] | None = None
+    ) -> None:
+        """Remove the table's rows whose ``identity`` is among ``rows``, in one commit."""
+        record = delta_commits.record({"side_table": self.SUFFIX, **(extra or {})})
+        with delta_commits.idempotent(rows.sparkSession, None, None, record):
+            (
+                SparkDeltaTable.forPath(rows.sparkSession, self.location.spark_path)
+                .alias("t")
+                .merge(rows.alias("s"), matching(identity))
+                .whenMatchedDelete()
+                .execute()
+            )
 
 
 class Tombstones(SideTable):

@@ -26,8 +26,9 @@ from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 from pyspark.sql import SparkSession
 
-from incremental_assets.engine import delta_commits, delta_io
-from incremental_assets.engine.delta_store import DeltaTarget
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs.locations import SIDE_TABLES
 
