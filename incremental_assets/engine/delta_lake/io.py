@@ -159,10 +159,11 @@ def spark_uri(path: str) -> str:
     return os.path.abspath(path)
 
 
-def may_hold(keys: KeySet, listed: int = 1000) -> Column:
-    """A filter on the key column that Delta's data skipping turns into file pruning: the
-    values themselves (up to ``listed`` of them), else their range."""
-    column = F.col(quote(keys.column))
+def may_hold(keys: KeySet, listed: int = 1000, alias: str | None = None) -> Column:
+    """A filter on the key column (of the table aliased ``alias``, if given) that Delta's
+    data skipping turns into file pruning: the values themselves (up to ``listed`` of
+    them), else their range."""
+    column = F.col(f"{alias}.{quote(keys.column)}" if alias else quote(keys.column))
     if not keys.values:
         return F.lit(False)
     if len(keys.values) <= listed:

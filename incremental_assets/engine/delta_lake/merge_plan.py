@@ -15,6 +15,7 @@ from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from incremental_assets.engine.delta_lake.io import KeySet, may_hold
 from incremental_assets.engine.transforms import ROW_HASH, quote
 
 Deletes = Literal["hard", "soft"]
@@ -62,11 +63,22 @@ class MergePlan:
         return joined.filter(F.expr(self.acts)).select("s.*")
 
     def merge(
-        self, spark: SparkSession, path: str, staged: DataFrame, columns: Sequence[str]
+        self,
+        spark: SparkSession,
+        path: str,
+        staged: DataFrame,
+        columns: Sequence[str],
+        holding: KeySet | None = None,
     ) -> DeltaMergeBuilder:
         """Spark's merge of ``staged`` (alias ``s``) into the Delta table at ``path``
-        (alias ``t``), with the strategy's clauses over ``columns``."""
-        merger = DeltaTable.forPath(spark, path).alias("t").merge(staged.alias("s"), self.predicate)
+        (alias ``t``), with the strategy's clauses over ``columns``. ``holding`` (the
+        staged rows' first-key values) narrows the target side of the join to the files
+        whose statistics may hold them: without it, Delta's merge reads every file's keys
+        to find the ones it touches."""
+        condition = F.expr(self.predicate)
+        if holding is not None:
+            condition = may_hold(holding, alias="t") & condition
+        merger = DeltaTable.forPath(spark, path).alias("t").merge(staged.alias("s"), condition)
         # Every column by name, in backquotes: a name may hold dots or backquotes.
         every = {quote(c): f"s.{quote(c)}" for c in columns}
         return self.clauses(self, merger, every)

@@ -337,9 +337,10 @@ class DeltaTarget:
                 files_added=int(metrics.get("num_files", 0)),
                 created_table=True,
             )
-        acting = self._acting(spark, staged, plan, staged_path) if staged_rows else None
+        holding = delta_io.touched_keys(staged, plan.identity or plan.keys) if staged_rows else None
+        acting = self._acting(spark, staged, plan, staged_path, holding) if staged_rows else None
         if acting is not None:
-            builder = plan.merge(spark, self.spark_path, acting, columns)
+            builder = plan.merge(spark, self.spark_path, acting, columns, holding)
             if add_new_columns:
                 builder = builder.withSchemaEvolution()
             self._write(lambda: self._merge(spark, builder, record, transaction))
@@ -355,10 +356,14 @@ class DeltaTarget:
         return CommitResult(committed=False, version=state.version)
 
     def _acting(
-        self, spark: SparkSession, staged: DataFrame, plan: MergePlan, staged_path: str
+        self,
+        spark: SparkSession,
+        staged: DataFrame,
+        plan: MergePlan,
+        staged_path: str,
+        holding: delta_io.KeySet | None,
     ) -> DataFrame | None:
         """The staged rows the merge acts on, staged beside the increment (None: none)."""
-        holding = delta_io.touched_keys(staged, plan.identity or plan.keys)
         current = self.to_spark(spark, holding=holding)
         acting_path = f"{staged_path.rstrip('/')}_acting"
         plan.acting_rows(staged, current).write.mode("overwrite").parquet(acting_path)
