@@ -15,7 +15,16 @@ For each size N and each source scenario that the chosen cases use:
 4. for each case, time one incremental ``run_load`` (the increment only), then empty runs
    (nothing new since: the fixed per-run overhead), then a full reload of the same source
    into a fresh target, done the way a user of the tool does it: ``run_load`` on an empty
-   target with one partition range covering all history (the same end state).
+   target with one partition range covering all history (the same end state);
+5. for the upsert case, also time the same increment applied by hand: a notebook's
+   ``DeltaTable.forPath(...).merge`` into a copy of the initial target, and dlt's merge
+   (``write_disposition="merge"`` into a Delta table) into a table dlt's own first run
+   seeded with the initial source (untimed; dlt comes from the ``bench`` extra, and its
+   column shows ``-`` without it).
+
+Every run's *rows written* is counted the same way from its Delta commits: the rows in
+the data files they added (``num_output_rows`` of a merge: inserted, updated and unchanged
+rows copied out of rewritten files; every row of a plain write).
 
 Run from the repository root::
 
@@ -29,16 +38,19 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
+import os
 import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from bench_cases import (
     CASES,
     HISTORY_START,
@@ -60,6 +72,8 @@ from incremental_assets.engine.spark_session import local_session
 from incremental_assets.engine.watermarks import to_transaction_version
 
 T = TypeVar("T")
+
+DLT_MISSING = "dlt merge: dlt is not installed; pip install -e '.[bench]' adds that column"
 
 
 # --- measurements ---------------------------------------------------------------------
@@ -105,6 +119,29 @@ def last_operation_metrics(path: str) -> dict:
     return operation_metrics(DeltaTable(path).history(1)[0])
 
 
+def rows_written(path: str, after_version: int) -> int:
+    """Rows in the data files that the commits after ``after_version`` added, from their
+    metrics: a merge's ``num_output_rows`` (inserted, updated, and unchanged rows copied
+    out of the files it rewrote), a write's rows. The same count whoever wrote the commits
+    (Spark or delta-rs)."""
+    total = 0
+    for commit in DeltaTable(path).history():
+        if commit["version"] > after_version:
+            metrics = operation_metrics(commit)
+            total += int(metrics.get("num_output_rows", metrics.get("num_added_rows", 0)) or 0)
+    return total
+
+
+@dataclass
+class Baseline:
+    """The same increment applied another way: its time, the rows its commits wrote, and
+    the rows its table holds after (checked against the incremental target)."""
+
+    seconds: float
+    rows_written: int
+    rows_after: int
+
+
 def notebook_merge(spark, source: str, target: str, after_us: int) -> float:
     """What a hand-written notebook does for the upsert case, timed: read the source rows
     changed after the last load (one filter on ``updated_at``), keep the newest per key,
@@ -137,6 +174,116 @@ def notebook_merge(spark, source: str, target: str, after_us: int) -> float:
     return timed(run)[1]
 
 
+def notebook_baseline(spark, p: Prepared, source: str, say: Callable[[str], None]) -> Baseline:
+    """The increment merged by hand into a copy of the same initial target."""
+    copy = str(p.root / "notebook")
+    shutil.copytree(p.target.path, copy)
+    before = DeltaTable(copy).version()
+    after = int(to_transaction_version(p.target.state("timestamp").cursor, "timestamp"))
+    seconds = notebook_merge(spark, source, copy, after)
+    result = Baseline(seconds, rows_written(copy, before), row_count(DeltaTable(copy)))
+    say(
+        f"{p.case.name}: notebook merge (DeltaTable.forPath): {seconds:.1f}s, "
+        f"{result.rows_written:,} rows written"
+    )
+    shutil.rmtree(copy, ignore_errors=True)
+    return result
+
+
+# --- dlt's merge (the ``bench`` extra) ------------------------------------------------
+
+
+def dlt_installed() -> bool:
+    return importlib.util.find_spec("dlt") is not None
+
+
+@dataclass
+class DltTarget:
+    """A dlt pipeline that loads the ``orders`` source into a Delta table on a local
+    bucket, as a dlt user writes it: a resource with dlt's own ``updated_at`` cursor,
+    ``primary_key="order_id"``, ``write_disposition="merge"`` (dlt's ``upsert`` strategy
+    for Delta tables: a delta-rs merge on the key, update all, insert all) and
+    ``table_format="delta"``, everything else dlt's defaults."""
+
+    pipeline: Any
+    source: str
+    path: str  # the Delta table dlt writes: <bucket>/<dataset>/<table>
+
+    @classmethod
+    def create(cls, source: str, root: Path) -> DltTarget:
+        # A benchmark sends no usage telemetry; dlt's schema-hint warnings (the key is
+        # nullable in the Arrow schema) would only clutter the output.
+        os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
+        os.environ.setdefault("RUNTIME__LOG_LEVEL", "ERROR")
+        import dlt
+
+        pipeline = dlt.pipeline(
+            pipeline_name="orders_bench",
+            destination=dlt.destinations.filesystem(bucket_url=str(root / "bucket")),
+            dataset_name="bench",
+            pipelines_dir=str(root / "pipelines"),
+        )
+        return cls(pipeline, source, str(root / "bucket" / "bench" / "orders"))
+
+    def run(self) -> None:
+        """One ``pipeline.run``: the source rows changed since the last run, read as Arrow,
+        extracted, normalized and merged by dlt."""
+        import dlt
+
+        source = self.source
+
+        @dlt.resource(
+            name="orders",
+            primary_key="order_id",
+            write_disposition="merge",
+            table_format="delta",
+        )
+        def orders(
+            # dlt declares the cursor as the argument's default (its documented form).
+            updated_at: Any = dlt.sources.incremental("updated_at"),  # noqa: B008
+        ) -> Iterator[pa.RecordBatch]:
+            last = updated_at.last_value
+            changed = None if last is None else pc.field("updated_at") > last
+            yield from DeltaTable(source).to_pyarrow_dataset().to_batches(filter=changed)
+
+        self.pipeline.run(orders())
+
+
+def dlt_seed(case: Case, source: str, root: Path, say: Callable[[str], None]) -> DltTarget:
+    """dlt's target for a case, filled by the pipeline's own first run over the initial
+    source (untimed for the table: it stands for the user's first load)."""
+    target, seconds = timed(lambda: DltTarget.create(source, root))
+    _, run_s = timed(target.run)
+    say(
+        f"{case.name}: dlt first run (seeds its Delta table, not reported): "
+        f"{row_count(DeltaTable(target.path)):,} rows, {live_files(target.path)} files in "
+        f"{seconds + run_s:.1f}s"
+    )
+    return target
+
+
+def dlt_baseline(target: DltTarget, case: Case, say: Callable[[str], None]) -> Baseline:
+    """dlt's second run, timed: it reads the increment and merges it into its table."""
+    before = DeltaTable(target.path).version()
+    files_before = live_files(target.path)
+    _, seconds = timed(target.run)
+    table = DeltaTable(target.path)
+    commit = table.history(1)[0]
+    merge = operation_metrics(commit)
+    result = Baseline(seconds, rows_written(target.path, before), row_count(table))
+    pruned = "predicate" in (commit.get("operationParameters") or {})
+    say(
+        f"{case.name}: dlt merge (pipeline.run): {seconds:.1f}s, {commit['operation']} "
+        f"{int(merge.get('execution_time_ms', 0)) / 1000:.1f}s "
+        f"+{merge.get('num_target_rows_inserted')} ~{merge.get('num_target_rows_updated')} "
+        f"rows; files removed {merge.get('num_target_files_removed')} of {files_before}, "
+        f"added {merge.get('num_target_files_added')}; {result.rows_written:,} rows written "
+        f"({merge.get('num_target_rows_copied')} copied); target pruned by the source's "
+        f"keys: {'yes' if pruned else 'no'}"
+    )
+    return result
+
+
 @dataclass
 class CaseResult:
     case: Case
@@ -156,13 +303,15 @@ class CaseResult:
     full: LoadResult
     rows_incremental_target: int
     rows_full_target: int
+    incremental_written: int
+    full_written: int
+    notebook: Baseline | None = None
+    dlt: Baseline | None = None
     mismatch: str = ""
 
     @property
     def ratio(self) -> float:
         return self.full_s / self.incremental_s if self.incremental_s else float("nan")
-
-    notebook_s: float | None = None
 
     @property
     def rows_copied(self) -> int:
@@ -184,6 +333,7 @@ class Prepared:
     initial: LoadResult
     initial_s: float
     target_files: int
+    dlt: DltTarget | None = None
 
 
 def initial_request(rows: int) -> LoadRequest:
@@ -223,6 +373,8 @@ def run_scenario(
             f"{case.name}: initial load: {initial.rows_inserted} rows, "
             f"{live_files(target.path)} files in {initial_s:.1f}s {initial.phase_seconds}"
         )
+        if case.merge_baselines and dlt_installed():
+            prepared[-1].dlt = dlt_seed(case, source, case_root / "dlt", say)
 
     increment = scenario.increment(rows, args.increment, seed=rows)
     applied, source_update_s = timed(lambda: scenario.apply(source, increment))
@@ -249,17 +401,14 @@ def measure(
         run_id="incremental",
     )
     overlapping = files_overlapping(target.path, *increment.key_range)
-    notebook_s = None
-    if case.name == "upsert":
-        # The same increment merged by hand into a copy of the same initial target.
-        copy = str(p.root / "notebook")
-        shutil.copytree(target.path, copy)
-        after = int(to_transaction_version(target.state("timestamp").cursor, "timestamp"))
-        notebook_s = notebook_merge(spark, source, copy, after)
-        say(f"{case.name}: notebook merge (DeltaTable.forPath): {notebook_s:.1f}s")
-        shutil.rmtree(copy, ignore_errors=True)
+    notebook = dlt = None
+    if case.merge_baselines:
+        notebook = notebook_baseline(spark, p, source, say)
+        if p.dlt is not None:
+            dlt = dlt_baseline(p.dlt, case, say)
     if spec.history:
         say(f"{case.name}: {files_holding_keys(target.path, increment)}")
+    before = DeltaTable(target.path).version()
     incremental, incremental_s = timed(
         lambda: run_load(spark, spec, target, run_request, staging_dir=str(stage))
     )
@@ -271,6 +420,7 @@ def measure(
         f"{incremental.files_added}"
     )
     merge_metrics = last_operation_metrics(target.path)
+    incremental_written = rows_written(target.path, before)
 
     empties = []
     for i in range(args.empty_runs):
@@ -311,7 +461,10 @@ def measure(
         full=full,
         rows_incremental_target=row_count(target.open()),
         rows_full_target=row_count(full_target.open()),
-        notebook_s=notebook_s,
+        incremental_written=incremental_written,
+        full_written=rows_written(full_path, -1),
+        notebook=notebook,
+        dlt=dlt,
     )
     result.mismatch = check(result, args, spark, spec, target)
     if result.mismatch:
@@ -333,6 +486,12 @@ def check(result: CaseResult, args, spark, spec, target) -> str:
         problems.append(f"incremental wrote +{reported[0]} ~{reported[1]} -{reported[2]}")
     if result.empty.committed:
         problems.append("the empty run committed")
+    for name, baseline in (("notebook merge", result.notebook), ("dlt merge", result.dlt)):
+        if baseline is not None and baseline.rows_after != result.rows_incremental_target:
+            problems.append(
+                f"{name} left {baseline.rows_after} rows, incremental "
+                f"{result.rows_incremental_target}"
+            )
     if not result.case.reload_equal:
         return "; ".join(problems)
     if result.rows_incremental_target != result.rows_full_target:
@@ -378,6 +537,12 @@ def report(results: list[CaseResult], startup: tuple[float, float], increment: i
         inc = r.incremental
         return f"+{inc.rows_inserted:,} ~{inc.rows_updated:,} -{inc.rows_deleted:,}"
 
+    def seconds(b: Baseline | None) -> str:
+        return "-" if b is None else f"{b.seconds:.2f}"
+
+    def rows(b: Baseline | None) -> str:
+        return "-" if b is None else f"{b.rows_written:,}"
+
     main = table(
         [
             "case",
@@ -385,9 +550,14 @@ def report(results: list[CaseResult], startup: tuple[float, float], increment: i
             "target files",
             "incremental s",
             "notebook merge s",
+            "dlt merge s",
             "full reload s",
             "ratio full/incr",
             "rows +ins ~upd -del",
+            "incr rows written",
+            "notebook rows written",
+            "dlt rows written",
+            "full rows written",
             "files rewritten by the merge",
         ],
         [
@@ -396,10 +566,15 @@ def report(results: list[CaseResult], startup: tuple[float, float], increment: i
                 f"{r.rows:,}",
                 str(r.target_files),
                 f"{r.incremental_s:.2f}",
-                "-" if r.notebook_s is None else f"{r.notebook_s:.2f}",
+                seconds(r.notebook),
+                seconds(r.dlt),
                 f"{r.full_s:.2f}",
                 f"{r.ratio:.1f}x",
                 written(r),
+                f"{r.incremental_written:,}",
+                rows(r.notebook),
+                rows(r.dlt),
+                f"{r.full_written:,}",
                 f"{r.incremental.files_removed} of {r.target_files} (+{r.incremental.files_added})",
             ]
             for r in results
@@ -446,6 +621,7 @@ def report(results: list[CaseResult], startup: tuple[float, float], increment: i
         increments.setdefault(r.case.scenario.name, r.increment.description)
     session_s, first_job_s = startup
     overhead = statistics.median(r.empty_s for r in results) if results else float("nan")
+    missing = [DLT_MISSING] if any(r.notebook and not r.dlt for r in results) else []
     return "\n".join(
         [
             f"Incremental run of a {increment:,}-change increment vs full reload",
@@ -455,6 +631,7 @@ def report(results: list[CaseResult], startup: tuple[float, float], increment: i
                 for name in dict.fromkeys(r.case.name for r in results)
                 if CASES[name].note
             ],
+            *[f"  {line}" for line in missing],
             "",
             main,
             "",
@@ -554,6 +731,8 @@ def main(argv: list[str] | None = None) -> int:
     spark, session_s = timed(lambda: local_session("incremental-vs-full"))
     _, first_job_s = timed(lambda: spark.range(1).collect())
     print(f"spark start-up: session {session_s:.2f}s, first job {first_job_s:.2f}s", flush=True)
+    if not dlt_installed() and any(c.merge_baselines for c in args.cases):
+        print(DLT_MISSING, flush=True)
     results: list[CaseResult] = []
     try:
         if args.warmup_rows:
