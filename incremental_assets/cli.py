@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         "explain": _explain,
         "replay-quarantine": _replay_quarantine,
         "reconcile": _reconcile,
+        "free-slots": _free_slots,
     }
     try:
         code = commands[args.command](args)
@@ -147,7 +148,47 @@ def _parser() -> argparse.ArgumentParser:
         "reconcile again (the exit status reflects the result)",
     )
     reconcile.add_argument("--tables", **tables)
+
+    free_slots = commands.add_parser(
+        "free-slots",
+        help="mark a run that died holding a table's pool slot as failed and free its slots "
+        "(on the instance in DAGSTER_HOME), so the table's next run can proceed",
+        description="A run killed inside its step (SIGKILL, out of memory, a lost machine) "
+        "keeps its pool slot. The project's runs free such a slot themselves when the dead "
+        "run's worker was on this host; this command does it for a run whose worker was "
+        "elsewhere. It refuses a run whose worker still runs on this host.",
+    )
+    free_slots.add_argument("run_id", help="the run named by the waiting run's warning")
     return parser
+
+
+# -- free-slots -----------------------------------------------------------------------------
+
+
+def _free_slots(args: argparse.Namespace) -> int:
+    import dagster as dg
+
+    from incremental_assets.defs.pools import WORKER_TAG, free, worker_alive
+
+    _instance_home("free-slots")
+    with dg.DagsterInstance.get() as instance:
+        run = instance.get_run_by_id(args.run_id)
+        if run is None and not _holds_slots(instance, args.run_id):
+            raise CliError(f"no run {args.run_id} on the instance in {os.environ['DAGSTER_HOME']}")
+        tag = run.tags.get(WORKER_TAG) if run is not None else None
+        if worker_alive(tag):
+            raise CliError(
+                f"run {args.run_id}'s worker {tag} is still running on this host; stop it "
+                "(or wait for it) instead of freeing its slots"
+            )
+        freed = free(instance, args.run_id, f"Marked failed by {_os_user()} (free-slots).")
+    pools = f" of pool {', '.join(freed)}" if freed else ""
+    print(f"run {args.run_id}: marked failed; {len(freed)} slot(s){pools} freed")
+    return 0
+
+
+def _holds_slots(instance, run_id: str) -> bool:
+    return run_id in instance.event_log_storage.get_concurrency_run_ids()
 
 
 # -- reconcile ----------------------------------------------------------------------------
@@ -233,11 +274,11 @@ def _partition_range(spec, first: str, last: str | None):
     return start, end, partitions.get_partition_keys()
 
 
-def _instance_home() -> None:
+def _instance_home(what: str = "--backfill") -> None:
     if not os.environ.get("DAGSTER_HOME"):
         raise CliError(
-            "--backfill records its runs on the Dagster instance in DAGSTER_HOME, which is "
-            "not set; set it to the instance's folder (./dev sets it to the project root)"
+            f"{what} works on the Dagster instance in DAGSTER_HOME, which is not set; set it "
+            "to the instance's folder (./dev sets it to the project root)"
         )
 
 
@@ -246,8 +287,10 @@ def _backfill(project, spec, differing: list[str], keys: list[str]):
     adjacent partitions; returns (first, last, run id, success) per run."""
     import dagster as dg
 
+    from incremental_assets.defs.assets import pool_name
     from incremental_assets.defs.build import build_definitions
     from incremental_assets.defs.partitions import RELOAD_TAG
+    from incremental_assets.defs.pools import wait_for_pools
 
     _instance_home()
     defs = build_definitions(project)
@@ -263,6 +306,9 @@ def _backfill(project, spec, differing: list[str], keys: list[str]):
     instance = dg.DagsterInstance.get()
     for stretch in stretches:
         first, last = stretch[0], stretch[-1]
+        # dg.materialize runs Dagster's plain in-process executor: free a dead run's slot
+        # of this table's pool first, as the project's executor does.
+        wait_for_pools(instance, [pool_name(spec)], lambda text: print(text, file=sys.stderr))
         result = dg.materialize(
             [asset],
             instance=instance,

@@ -4,8 +4,8 @@ over its materializations).
 
     .venv/bin/python scripts/screenshots.py [--rounds 2] [--out docs/images] [--keep]
 
-What it does, all in a throwaway folder (the project's own data/ and .dagster/ are never
-touched):
+What it does, all in a throwaway folder (the project's own data/ and Dagster instance are
+never touched):
 
 1. copies tables.yaml, dagster.yaml and workspace.yaml into a temporary folder and runs the
    demo there (``incremental_assets.demo.run.main(rounds=..., root=<folder>)``, in a

@@ -21,6 +21,7 @@ from incremental_assets.defs.landing import (
 )
 from incremental_assets.defs.metadata import load_metadata
 from incremental_assets.defs.partitions import load_request, partitions_for
+from incremental_assets.defs.pools import mark_worker
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
@@ -74,6 +75,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         },
     )
     def _load(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        mark_worker(context)
         spark: PySparkResource = context.resources.spark
         warehouse: DeltaWarehouse = context.resources.warehouse
         run_spec = (

@@ -10,6 +10,7 @@ from incremental_assets.defs.connections import connection_resources
 from incremental_assets.defs.landing import landing_sensor
 from incremental_assets.defs.maintenance import maintenance_job, maintenance_schedule
 from incremental_assets.defs.partitions import partitions_for
+from incremental_assets.defs.pools import pool_aware_executor
 from incremental_assets.defs.resources import DeltaWarehouse, spark_resource
 from incremental_assets.demo.invoice_assets import refined_layers
 from incremental_assets.specs import ProjectSpec
@@ -49,5 +50,6 @@ def build_definitions(
             **(resources or {}),
         },
         # Spark parallelizes inside a step; one process per run keeps one Spark session.
-        executor=dg.in_process_executor,
+        # A dead run's pool slot is freed before the steps wait for it (defs/pools.py).
+        executor=pool_aware_executor,
     )

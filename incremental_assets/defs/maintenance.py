@@ -12,6 +12,7 @@ import dagster as dg
 from pydantic import Field
 
 from incremental_assets.defs.assets import pool_name
+from incremental_assets.defs.pools import mark_worker
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine.delta_lake.maintenance import (
     MaintenanceSettings,
@@ -53,6 +54,7 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
         out=dg.Out(dg.Nothing),
     )
     def _maintain(context: dg.OpExecutionContext, config: MaintenanceConfig) -> dg.Output:
+        mark_worker(context)
         warehouse: DeltaWarehouse = context.resources.warehouse
         settings = MaintenanceSettings(
             compact=config.compact,

@@ -7,6 +7,7 @@ automation).
 
 import dagster as dg
 
+from incremental_assets.defs.pools import mark_worker
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.demo.invoices import gold_from_silver, silver_from_bronze
 from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
@@ -44,6 +45,7 @@ def invoice_layers(project: ProjectSpec, spec: TableSpec) -> list[dg.AssetsDefin
         "ItemCode), reading only the bronze versions committed since its last run.",
     )
     def _silver(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        mark_worker(context)
         warehouse: DeltaWarehouse = context.resources.warehouse
         silver = _target(project, warehouse, silver_name)
         step = silver_from_bronze(
@@ -63,6 +65,7 @@ def invoice_layers(project: ProjectSpec, spec: TableSpec) -> list[dg.AssetsDefin
         "recomputes only the days its new silver rows touch.",
     )
     def _gold(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        mark_worker(context)
         warehouse: DeltaWarehouse = context.resources.warehouse
         gold = _target(project, warehouse, gold_name)
         silver = _target(project, warehouse, silver_name)

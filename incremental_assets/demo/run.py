@@ -2,8 +2,8 @@
 a full reload.
 
 Run it with ``incremental-assets demo`` (the README's ``./dev demo``). It resets ``data/``
-and the project's Dagster instance (``.dagster/``), so ``dagster dev`` afterwards shows
-exactly the demo's runs.
+and the project's Dagster instance (its folders in the project root, the demo's
+``DAGSTER_HOME``), so ``dagster dev`` afterwards shows exactly the demo's runs.
 
 With ``--postgres`` the orders table lives in PostgreSQL (a throwaway server the demo
 starts, or the one ``INCREMENTAL_ASSETS_DEMO_PG_URL`` names; see :mod:`shop_database`)
@@ -63,9 +63,9 @@ def main(rounds: int = 4, root: Path = PROJECT_ROOT, postgres: bool = False) -> 
         DemoDatabaseUnavailable: with ``postgres``, when no PostgreSQL server can be started
             or reached (the message says what to install or set).
     """
-    # dagster.yaml keeps the instance in .dagster/ relative to the project root.
+    # The demo's instance is the project's: dagster.yaml in root, its folders beside it.
     os.chdir(root)
-    os.environ.setdefault("DAGSTER_HOME", str(root))
+    os.environ["DAGSTER_HOME"] = str(root)
     data = root / "data"
     if not postgres:
         project = load_project(tables_path())
@@ -86,10 +86,15 @@ def main(rounds: int = 4, root: Path = PROJECT_ROOT, postgres: bool = False) -> 
             return _run(load_project(tables), simulator, rounds, database)
 
 
+# What a Dagster instance keeps under DAGSTER_HOME when dagster.yaml names no folder.
+INSTANCE_FOLDERS = ("history", "schedules", "storage", "logs")
+
+
 def _reset(root: Path, data: Path) -> None:
-    print(f"Resetting {data} and the Dagster instance in {root / '.dagster'}")
+    print(f"Resetting {data} and the Dagster instance in {root} ({', '.join(INSTANCE_FOLDERS)})")
     shutil.rmtree(data, ignore_errors=True)
-    shutil.rmtree(root / ".dagster", ignore_errors=True)
+    for folder in INSTANCE_FOLDERS:
+        shutil.rmtree(root / folder, ignore_errors=True)
 
 
 def _render_postgres_tables(data: Path, database: ShopDatabase, jar: str) -> Path:
