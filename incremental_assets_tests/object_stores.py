@@ -1,7 +1,7 @@
-"""Object-store servers for tests and benchmarks, each in a subprocess on a free local
-port, over HTTP: moto's S3 server (``moto_server``, from the dev extra) and Azurite,
-Microsoft's Azure Storage emulator (``azurite-blob``, from npm: ``npm install -g
-azurite``). Their request logs tell which objects were read."""
+"""Object-store servers for the tests, each in a subprocess on a free local port, over
+HTTP: moto's S3 server (``moto_server``, from the dev extra) and Azurite, Microsoft's
+Azure Storage emulator (``azurite-blob``, from npm: ``npm install -g azurite``). Their
+request logs tell which objects were read."""
 
 from __future__ import annotations
 

@@ -1,0 +1,373 @@
+"""Builders shared by the tests: instants, real sources (Delta tables, Parquet folders,
+landing files), table specs, reference results computed in plain Python, and a Dagster
+project in a temporary folder. Fixtures live in ``conftest.py``; test modules import what
+they need from here, never from each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+from incremental_assets.defs.build import build_definitions
+from incremental_assets.demo.simulator import INVOICE_DDL
+from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
+from incremental_assets.specs import TableSpec, load_project
+
+UTC = timezone.utc
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+"""The repository's root: README.md, tables.yaml and dagster.yaml are there."""
+
+
+def at(day: int, hour: float = 0, minute: int = 0, second: int = 0) -> datetime:
+    """An instant in January 2026 (UTC)."""
+    return datetime(2026, 1, day, tzinfo=UTC) + timedelta(
+        hours=hour, minutes=minute, seconds=second
+    )
+
+
+def table_of(schema: pa.Schema, rows: list[tuple]) -> pa.Table:
+    """An Arrow table of ``rows`` (tuples in the order of ``schema``'s fields)."""
+    return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
+
+
+# --- orders: a table updated in place, the default source of make_spec ------------------
+
+ORDERS = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("status", pa.string()),
+        ("amount", pa.float64()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def order_rows(rows: list[tuple[int, str, float, datetime]]) -> pa.Table:
+    return table_of(ORDERS, rows)
+
+
+class DeltaSourceTable:
+    """A mutable source table (like a database table) stored as Delta."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def upsert(self, rows: list[tuple[int, str, float, datetime]]) -> None:
+        table = order_rows(rows)
+        if not DeltaTable.is_deltatable(self.path):
+            write_deltalake(self.path, table)
+            return
+        (
+            DeltaTable(self.path)
+            .merge(table, "t.order_id = s.order_id", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    def append(self, table: pa.Table) -> None:
+        write_deltalake(self.path, table, mode="append")
+
+    def replace(self, table: pa.Table) -> None:
+        """The source's whole state becomes ``table`` (a snapshot source)."""
+        write_deltalake(self.path, table, mode="overwrite", schema_mode="overwrite")
+
+
+class ParquetFolder:
+    """An append-only source: a folder that receives Parquet files."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._n = 0
+
+    def drop(self, table: pa.Table) -> None:
+        self._n += 1
+        pq.write_table(table, self.path / f"part-{self._n:05d}.parquet")
+
+
+def make_spec(source_path: str, **overrides: Any) -> TableSpec:
+    """The ``orders`` upsert table on a Delta source; ``overrides`` replace top-level
+    fields (a mapping is merged into the default mapping)."""
+    raw: dict[str, Any] = {
+        "name": "orders",
+        "source": {"format": "delta", "path": source_path},
+        "keys": ["order_id"],
+        "watermark": {"column": "updated_at", "kind": "timestamp", "lookback": "0s"},
+        "strategy": "upsert",
+        "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return TableSpec.model_validate(raw)
+
+
+def day_request(first: int, last: int | None = None, **kwargs: Any) -> LoadRequest:
+    last = first if last is None else last
+    return LoadRequest(at(first), at(last + 1), **kwargs)
+
+
+def load(spark, spec, target, first: int, last: int | None = None, **kwargs: Any):
+    """Run one load of days ``first..last`` (a range when ``last`` is given)."""
+    backfill = kwargs.pop("backfill", last is not None and last != first)
+    hook = kwargs.pop("hook", None)
+    return run_load(
+        spark, spec, target, day_request(first, last, backfill=backfill, **kwargs), hook=hook
+    )
+
+
+def target_rows(target: DeltaTarget, columns=("order_id", "status", "amount", "updated_at")):
+    """The target's rows as sorted tuples of ``columns`` (system columns left out)."""
+    table = DeltaTable(target.path).to_pyarrow_table(columns=list(columns))
+    return sorted(tuple(r[c] for c in columns) for r in table.to_pylist())
+
+
+def rows(target: DeltaTarget, *columns: str) -> list[tuple]:
+    """The target's rows as sorted tuples of ``columns``."""
+    return target_rows(target, columns)
+
+
+# --- change feeds (CDC) and their plain-Python references --------------------------------
+
+FEED = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("op", pa.string()),
+        ("lsn", pa.int64()),
+        ("changed_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def feed(*events: tuple) -> pa.Table:
+    """Change events ``(id, name, op, lsn, changed_at)``."""
+    return table_of(FEED, list(events))
+
+
+def cdc_spec(path: Path, **strategy) -> TableSpec:
+    return make_spec(
+        str(path),
+        source={"format": "parquet"},
+        keys=["id"],
+        watermark={"column": "lsn", "kind": "id", "lookback": 0},
+        partitioning={"column": "changed_at"},
+        strategy={"kind": "cdc", **strategy},
+    )
+
+
+def history(
+    seed: int, keys: int = 200, events: int = 900, names: tuple[str, ...] = ()
+) -> list[tuple]:
+    """Random changes with unique increasing sequence numbers: inserts, updates, deletes,
+    re-inserts after delete; stamped over four days. With ``names`` the value is drawn
+    from them (so an update may leave it unchanged), else unique per event."""
+    rng = random.Random(seed)
+    alive: dict[int, bool] = {}
+    out = []
+    for lsn in range(1, events + 1):
+        key = rng.randint(1, keys)
+        op = rng.choice(["U", "U", "U", "D"]) if alive.get(key) else "I"
+        alive[key] = op != "D"
+        stamp = at(1) + timedelta(seconds=int(lsn * 4 * 86400 / (events + 1)))
+        value = rng.choice(names) if names else f"v{lsn}"
+        out.append((key, value if op != "D" else None, op, lsn, stamp))
+    return out
+
+
+def reference(events: list[tuple], deletes: str) -> list[tuple]:
+    """The expected CDC table, computed in plain Python from the full history."""
+    last: dict[int, tuple] = {}
+    for event in events:
+        if event[0] not in last or event[3] > last[event[0]][3]:
+            last[event[0]] = event
+    out = []
+    for key, (_, name, op, lsn, stamp) in sorted(last.items()):
+        if deletes == "hard" and op == "D":
+            continue
+        if deletes == "hard":
+            out.append((key, name, lsn))
+        elif deletes == "soft":
+            out.append((key, name, lsn, op == "D", stamp if op == "D" else None))
+        else:  # upsert of a feed without deletes
+            out.append((key, name, lsn))
+    return out
+
+
+def scd2_reference(events: list[tuple]) -> list[tuple]:
+    """Versions per key from the full history: ordered by change time, a new version where
+    the tracked value (name) changes or after a delete; a version keeps its newest event's
+    untracked values (lsn); a delete closes the current version."""
+    by_key: dict[int, dict[int, tuple]] = defaultdict(dict)
+    for event in events:
+        by_key[event[0]][event[3]] = event  # duplicates collapse on the sequence
+    out = []
+    for key, changes in by_key.items():
+        current: dict | None = None
+        closed = []
+        for _, name, op, lsn, stamp in sorted(changes.values(), key=lambda e: (e[4], e[3])):
+            if current and (op == "D" or current["name"] != name):
+                closed.append({**current, "end": stamp})
+                current = None
+            if op == "D":
+                continue
+            if current is None:
+                current = {"name": name, "start": stamp, "lsn": lsn, "end": None}
+            current["lsn"] = lsn
+        for v in [*closed, *([current] if current else [])]:
+            out.append((key, v["name"], v["lsn"], v["start"], v["end"], v["end"] is None))
+    return sorted(out)
+
+
+def deliver(events: list[tuple], rng: random.Random) -> list[list[tuple]]:
+    """Cut into random batches; duplicate some events; move some to later batches."""
+    shuffled = list(events)
+    for _ in range(len(events) // 10):
+        i = rng.randrange(len(shuffled))
+        shuffled.insert(min(len(shuffled), i + rng.randint(1, 200)), shuffled.pop(i))
+    shuffled += rng.sample(events, len(events) // 20)  # duplicates, delivered again later
+    cuts = sorted(rng.sample(range(1, len(shuffled)), 5))
+    return [shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(shuffled)], strict=True)]
+
+
+# --- snapshots -----------------------------------------------------------------------------
+
+PRODUCTS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("price", pa.float64())])
+
+
+def products(*items: tuple) -> pa.Table:
+    """Products ``(id, name, price)``."""
+    return table_of(PRODUCTS, list(items))
+
+
+def snapshot_spec(path: str, **strategy) -> TableSpec:
+    return make_spec(path, keys=["id"], watermark=None, strategy={"kind": "snapshot", **strategy})
+
+
+# --- landing files: point-of-sale invoices as JSON lines ----------------------------------
+
+NOW = datetime(2026, 1, 2, 12, tzinfo=UTC)
+OLD = NOW - timedelta(hours=1)
+
+
+def invoice(number: int, store: str = "STR7188", items: int = 2) -> dict:
+    lines = [
+        {
+            "ItemCode": f"{400 + i}",
+            "ItemDescription": f"item {i}",
+            "ItemPrice": 10.0 * (i + 1),
+            "ItemQty": 1,
+            "TotalValue": 10.0 * (i + 1),
+        }
+        for i in range(items)
+    ]
+    total = sum(line["TotalValue"] for line in lines)
+    return {
+        "InvoiceNumber": f"INV{number}",
+        "CreatedTime": 1767225600000 + number * 60_000,
+        "StoreID": store,
+        "PosID": "POS1",
+        "CashierID": "C1",
+        "CustomerType": "PRIME",
+        "CustomerCardNo": "4629185211",
+        "TotalAmount": total,
+        "NumberOfItems": items,
+        "PaymentMethod": "CARD",
+        "TaxableAmount": total,
+        "CGST": 0.0,
+        "SGST": 0.0,
+        "CESS": 0.0,
+        "DeliveryType": "HOME-DELIVERY",
+        "DeliveryAddress": {
+            "AddressLine": "1 Main St",
+            "City": "Pune",
+            "ContactNumber": "9000000000",
+            "PinCode": "411001",
+            "State": "MH",
+        },
+        "InvoiceLineItems": lines,
+    }
+
+
+def drop(folder: Path, name: str, invoices: list[dict], modified: datetime = OLD) -> Path:
+    """Write a JSON-lines file and set its modification time."""
+    path = folder / name
+    path.write_text("".join(json.dumps(i) + "\n" for i in invoices))
+    stamp = modified.timestamp()
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def landing_spec(folder: Path, **landing: Any) -> TableSpec:
+    """The invoice landing table (bronze) on ``folder``; ``landing`` adds to its
+    ``source.landing`` settings."""
+    return TableSpec.model_validate(
+        {
+            "name": "invoices_bronze",
+            "source": {
+                "format": "json",
+                "path": str(folder),
+                "schema": INVOICE_DDL,
+                "landing": {"settle": "30s", **landing},
+            },
+            "strategy": "append",
+            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+        }
+    )
+
+
+# --- a Dagster project in a folder ---------------------------------------------------------
+
+ORDERS_YAML = """
+warehouse:
+  root: ./warehouse
+tables:
+  - name: orders
+    source: {format: delta, path: ./source/orders}
+    keys: [order_id]
+    watermark: {column: updated_at, kind: timestamp, lookback: 1h}
+    strategy: upsert
+    partitioning: {granularity: daily, start: 2026-01-01}
+"""
+
+
+class Project:
+    """A project folder with its ``tables.yaml`` (by default the ``orders`` table of
+    ORDERS_YAML on a Delta source), its definitions and its first table's target."""
+
+    def __init__(self, root: Path, yaml_text: str = ORDERS_YAML):
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "tables.yaml").write_text(yaml_text)
+        self.spec = load_project(root / "tables.yaml")
+        self.defs = build_definitions(self.spec)
+        self.source = DeltaSourceTable(root / "source" / "orders")
+        self.target = self.defs.resources["warehouse"].target(self.spec, self.spec.tables[0])
+
+    def materialize(self, instance, partition=None, partition_range=None, **kwargs):
+        tags = {}
+        if partition_range:
+            tags = {
+                "dagster/asset_partition_range_start": partition_range[0],
+                "dagster/asset_partition_range_end": partition_range[1],
+            }
+        return dg.materialize(
+            [self.defs.get_assets_def("orders")],
+            partition_key=partition,
+            instance=instance,
+            resources=self.defs.resources,
+            tags=tags,
+            **kwargs,
+        )

@@ -1,0 +1,361 @@
+"""Exactly once under a real process kill: ``dagster asset materialize`` in a child process
+is SIGKILLed at a named point of the load (``after_extract``; ``before_commit``, when a
+hard-delete CDC table's tombstones are written but its merge is not; ``after_commit``),
+then re-run, for an upsert table, for CDC tables with hard and with soft deletes, and for
+an SCD2 history of the CDC feed (``before_commit``: its change log written, its merge not).
+
+Each table is seeded with its first day in this process (the engine's load, and a Dagster
+record of it), so every test starts only the two child processes it is about: the killed
+run and the re-run (each starts its own Spark, 10-30 s)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
+from incremental_assets.engine.faults import CRASH_ENV
+from incremental_assets.engine.reload import differences
+from incremental_assets.engine.watermarks import format_value
+from incremental_assets.specs import TableSpec, load_project
+from incremental_assets_tests.builders import (
+    DeltaSourceTable,
+    ParquetFolder,
+    at,
+    feed,
+    reference,
+    scd2_reference,
+    target_rows,
+)
+
+pytestmark = pytest.mark.slow
+
+FIRST_DAY, CRASH_DAY = "2026-01-01", "2026-01-02"
+
+# --- the tables ------------------------------------------------------------------------
+
+
+class UpsertOrders:
+    """A mutable ``orders`` table (Delta) loaded by upsert on a timestamp watermark."""
+
+    name = "orders"
+    kind = "timestamp"
+    yaml = """
+  - name: orders
+    source: {format: delta, path: ./source/orders}
+    keys: [order_id]
+    watermark: {column: updated_at, kind: timestamp, lookback: 30m}
+    strategy: upsert
+    partitioning: {granularity: daily, start: 2026-01-01}
+"""
+
+    def __init__(self, root: Path):
+        self.source = DeltaSourceTable(root / "source" / "orders")
+
+    def deliver(self, day: int) -> None:
+        if day == 1:
+            self.source.upsert([(i, "placed", float(i), at(1, 1 + i % 20)) for i in range(1, 201)])
+        else:  # 50 updates and 60 new orders, all stamped 2026-01-02 03:00-04:00
+            self.source.upsert(
+                [(i, "paid", float(i), at(2, 3)) for i in range(1, 51)]
+                + [(i, "placed", float(i), at(2, 4)) for i in range(201, 261)]
+            )
+
+    def expected(self) -> list[tuple]:
+        """The source table as it is: what the target must hold."""
+        table = DeltaTable(self.source.path).to_pyarrow_table(columns=list(self.columns))
+        return sorted(tuple(r[c] for c in self.columns) for r in table.to_pylist())
+
+    columns = ("order_id", "status", "amount", "updated_at")
+
+    def cursor(self) -> datetime:
+        return max(r[3] for r in self.expected())
+
+
+class CdcCustomers:
+    """A ``customers`` change feed (Parquet files, I/U/D by LSN) with hard or soft deletes.
+
+    Day 2, the day the tests crash, holds updates, deletes of loaded rows, re-inserts of
+    rows deleted on day 1, keys deleted and re-inserted (or inserted and deleted) within
+    the day, duplicated events and shuffled delivery; the reference is computed in plain
+    Python from the full history (``builders.reference``)."""
+
+    name = "customers"
+    kind = "id"
+
+    def __init__(self, root: Path, deletes: str):
+        self.deletes = deletes
+        self.yaml = f"""
+  - name: customers
+    source: {{format: parquet, path: ./source/customers}}
+    keys: [id]
+    watermark: {{column: lsn, kind: id, lookback: 0}}
+    strategy: {{kind: cdc, deletes: {deletes}}}
+    partitioning: {{granularity: daily, start: 2026-01-01, column: changed_at}}
+"""
+        self.columns = ("id", "name", "lsn") + (
+            ("is_deleted", "deleted_at") if deletes == "soft" else ()
+        )
+        self.folder = ParquetFolder(root / "source" / "customers")
+        self.days = change_history()
+        self.delivered: list[tuple] = []
+        self._rng = random.Random(11)
+
+    def deliver(self, day: int) -> None:
+        events = self.days[day - 1]
+        batch = events + self._rng.sample(events, len(events) // 8)  # duplicated events
+        if self.delivered:  # a few old events delivered again (below the cursor)
+            batch += self._rng.sample(self.delivered, 5)
+        self._rng.shuffle(batch)
+        self.folder.drop(feed(*batch))
+        self.delivered += events
+
+    def expected(self) -> list[tuple]:
+        return reference(self.delivered, self.deletes)
+
+    def cursor(self) -> int:
+        return max(e[3] for e in self.delivered)
+
+    def deleted_on_crash_day(self) -> dict[int, int]:
+        """Keys whose newest change of day 2 is a delete, with its LSN: the tombstones the
+        crashed run writes (hard deletes)."""
+        newest: dict[int, tuple] = {}
+        for event in self.days[1]:
+            newest[event[0]] = event
+        return {k: e[3] for k, e in newest.items() if e[2] == "D"}
+
+
+class CdcCustomerHistory(CdcCustomers):
+    """The same feed kept as SCD2 history (strategy ``scd2`` of ``cdc`` changes): a version
+    per tracked change, every change logged in ``<target>__changes`` before the commit;
+    the reference is ``builders.scd2_reference`` of the full history."""
+
+    def __init__(self, root: Path):
+        super().__init__(root, "hard")
+        self.yaml = self.yaml.replace("{kind: cdc, deletes: hard}", "{kind: scd2, changes: cdc}")
+        self.columns = ("id", "name", "lsn", "valid_from", "valid_to", "is_current")
+
+    def expected(self) -> list[tuple]:
+        return scd2_reference(self.delivered)
+
+    def identity(self, row: tuple) -> tuple:
+        return (row[0], row[3])  # a version: its key and valid_from
+
+    def deleted_on_crash_day(self) -> dict[int, int]:
+        return {}  # a delete closes a version; no tombstones
+
+
+def change_history(seed: int = 1, keys: int = 40, per_day: int = 80) -> list[list[tuple]]:
+    """Two days of changes with increasing LSNs: inserts, updates, deletes, re-inserts."""
+    rng = random.Random(seed)
+    alive: dict[int, bool] = {}
+    days: list[list[tuple]] = [[], []]
+    for day in (1, 2):
+        for i in range(per_day):
+            lsn = (day - 1) * per_day + i + 1
+            key = rng.randint(1, keys)
+            op = rng.choice("UUUD") if alive.get(key) else "I"
+            alive[key] = op != "D"
+            name = None if op == "D" else f"v{lsn}"
+            days[day - 1].append((key, name, op, lsn, at(day, i * 24 / per_day)))
+    _check_crash_day_covers_the_hard_cases(days)
+    return days
+
+
+def _check_crash_day_covers_the_hard_cases(days: list[list[tuple]]) -> None:
+    alive_after_day_1: dict[int, bool] = {}
+    for key, _, op, _, _ in days[0]:
+        alive_after_day_1[key] = op != "D"
+    ops: dict[int, str] = {}
+    for key, _, op, _, _ in days[1]:
+        ops[key] = ops.get(key, "") + op
+    assert any(alive_after_day_1.get(k) and o.endswith("D") for k, o in ops.items())
+    assert any(alive_after_day_1.get(k) is False and o.startswith("I") for k, o in ops.items())
+    assert any("DI" in o for o in ops.values())
+    assert any(k not in alive_after_day_1 and o.startswith("I") and o.endswith("D")
+               for k, o in ops.items())  # fmt: skip
+
+
+TABLES: dict[str, Callable[[Path], UpsertOrders | CdcCustomers]] = {
+    "upsert": UpsertOrders,
+    "cdc_hard": lambda root: CdcCustomers(root, "hard"),
+    "cdc_soft": lambda root: CdcCustomers(root, "soft"),
+    "scd2": CdcCustomerHistory,
+}
+
+
+# --- a project run by the CLI ----------------------------------------------------------
+
+
+class ChildProject:
+    """A project folder with its own tables.yaml and Dagster home, run by the CLI."""
+
+    def __init__(self, root: Path, table: UpsertOrders | CdcCustomers):
+        self.root = root
+        self.table = table
+        (root / "home").mkdir(parents=True)
+        (root / "tables.yaml").write_text(f"warehouse:\n  root: ./warehouse\ntables:{table.yaml}")
+        self.spec: TableSpec = load_project(root / "tables.yaml").tables[0]
+        self.target = DeltaTarget(table.name, str(root / "warehouse" / table.name))
+        self.first_day_rows: list[tuple] = []
+
+    def seed(self, spark) -> None:
+        """Load the first day in this process and record it in Dagster as the asset does
+        (a materialization carrying the Delta version), so only the runs under test start
+        a child."""
+        self.table.deliver(1)
+        request = LoadRequest(at(1), at(2), run_id="seed", partition_label=FIRST_DAY)
+        result = run_load(spark, self.spec, self.target, request)
+        assert result.committed
+        with self.instance() as instance:
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    self.table.name,
+                    partition=FIRST_DAY,
+                    metadata={"delta_version": result.delta_version},
+                )
+            )
+        self.first_day_rows = self.rows()
+        assert self.first_day_rows == self.table.expected()
+
+    def materialize(self, partition: str, crash_at: str | None = None) -> int:
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": str(self.root / "home"),
+            "INCREMENTAL_ASSETS_TABLES": str(self.root / "tables.yaml"),
+            "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g",
+        }
+        env.pop(CRASH_ENV, None)
+        if crash_at:
+            env[CRASH_ENV] = crash_at
+        command = [
+            sys.executable, "-m", "dagster", "asset", "materialize",
+            "-m", "incremental_assets.definitions",
+            "--select", self.table.name, "--partition", partition,
+        ]  # fmt: skip
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        if crash_at is None and done.returncode != 0:
+            raise AssertionError(done.stdout[-3000:] + done.stderr[-3000:])
+        return done.returncode
+
+    def instance(self) -> dg.DagsterInstance:
+        return dg.DagsterInstance.from_config(str(self.root / "home"))
+
+    def materializations(self) -> list[dg.EventLogRecord]:
+        with self.instance() as instance:
+            key = dg.AssetKey(self.table.name)
+            return list(instance.fetch_materializations(key, limit=100).records)
+
+    def last_metadata(self) -> dict:
+        return self.materializations()[0].asset_materialization.metadata
+
+    def rows(self) -> list[tuple]:
+        return target_rows(self.target, self.table.columns)
+
+    def version(self) -> int:
+        return DeltaTable(self.target.path).version()
+
+    def logged_changes(self) -> int:
+        path = f"{self.target.path}__changes"
+        return DeltaTable(path).to_pyarrow_table().num_rows if DeltaTable.is_deltatable(path) else 0
+
+    def tombstones(self) -> dict[int, int]:
+        path = f"{self.target.path}__tombstones"
+        if not DeltaTable.is_deltatable(path):
+            return {}
+        return {r["id"]: r["lsn"] for r in DeltaTable(path).to_pyarrow_table().to_pylist()}
+
+
+def counts(before: list[tuple], after: list[tuple], identity=lambda r: r[0]) -> tuple[int, ...]:
+    """Rows inserted, updated and deleted going from ``before`` to ``after``."""
+    old, new = {identity(r): r for r in before}, {identity(r): r for r in after}
+    inserted = len(new.keys() - old.keys())
+    deleted = len(old.keys() - new.keys())
+    updated = sum(1 for k in new.keys() & old.keys() if new[k] != old[k])
+    return inserted, updated, deleted
+
+
+def assert_equals_reference(child: ChildProject, spark) -> None:
+    """Same as a full reload of the source, and as the plain-Python reference; the cursor
+    is the newest watermark of the source."""
+    assert differences(spark, child.spec, child.target) == (0, 0)
+    assert child.rows() == child.table.expected()
+    assert child.target.state(child.table.kind).cursor == child.table.cursor()
+
+
+@pytest.fixture
+def child(request, tmp_path, spark) -> ChildProject:
+    """A project whose table has its first day loaded and its second day waiting."""
+    project = ChildProject(tmp_path, TABLES[request.param](tmp_path))
+    project.seed(spark)
+    project.table.deliver(2)
+    return project
+
+
+@pytest.mark.parametrize(
+    ("child", "point"),
+    [
+        ("upsert", "after_extract"),
+        ("cdc_hard", "after_extract"),
+        ("cdc_soft", "after_extract"),
+        # The tombstones are written, the target's merge is not: the re-run must apply
+        # the deletes whose tombstones are already recorded.
+        ("cdc_hard", "before_commit"),
+        # The change log holds the day's changes, the history's merge is not done: the
+        # re-run must find them logged, log none twice, and write the versions.
+        ("scd2", "before_commit"),
+    ],
+    indirect=["child"],
+)
+def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, point, spark):
+    version, tombstones = child.version(), child.tombstones()
+
+    code = child.materialize(CRASH_DAY, crash_at=point)
+
+    assert code == -signal.SIGKILL
+    assert child.version() == version
+    if point == "before_commit" and isinstance(child.table, CdcCustomers):
+        tombstones = {**tombstones, **child.table.deleted_on_crash_day()}
+    assert child.tombstones() == tombstones  # after_extract: not yet written
+    assert len(child.materializations()) == 1
+
+    assert child.materialize(CRASH_DAY) == 0
+    assert_equals_reference(child, spark)
+    last = child.last_metadata()
+    reported = tuple(last[f"rows_{n}"].value for n in ("inserted", "updated", "deleted"))
+    identity = getattr(child.table, "identity", lambda r: r[0])
+    assert reported == counts(child.first_day_rows, child.table.expected(), identity)
+    if isinstance(child.table, CdcCustomerHistory):  # every change logged exactly once
+        assert child.logged_changes() == len(child.table.delivered)
+
+
+@pytest.mark.parametrize("child", list(TABLES), indirect=True)
+def test_kill_after_delta_commit_before_dagster_records_it_is_recovered_on_rerun(child, spark):
+    version = child.version()
+
+    code = child.materialize(CRASH_DAY, crash_at="after_commit")
+
+    assert code == -signal.SIGKILL
+    assert child.version() == version + 1  # the data landed...
+    assert len(child.materializations()) == 1  # ...but Dagster never heard of it
+    assert child.target.state(child.table.kind).cursor == child.table.cursor()
+
+    assert child.materialize(CRASH_DAY) == 0
+
+    assert child.version() == version + 1  # nothing twice
+    assert_equals_reference(child, spark)
+    last = child.last_metadata()
+    assert last["recovered_commits"].value == str(version + 1)
+    assert last["watermark_after"].value == format_value(child.table.cursor())
+    assert (last["rows_inserted"].value, last["rows_updated"].value) == (0, 0)
+    assert last["rows_deleted"].value == 0

@@ -1,0 +1,350 @@
+"""Incremental loads through the engine: real Spark, real Delta tables in temp folders."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake.store import app_id
+from incremental_assets.engine.reload import differences
+from incremental_assets_tests.builders import (
+    ParquetFolder,
+    at,
+    load,
+    make_spec,
+    order_rows,
+    target_rows,
+)
+
+
+def test_second_run_extracts_only_rows_after_watermark_minus_lookback(spark, orders_source, target):
+    spec = make_spec(orders_source.path, watermark={"lookback": "1h"})
+    orders_source.upsert([(i, "placed", 1.0, at(1, 10)) for i in range(1, 101)])
+    first = load(spark, spec, target, 1)
+    assert (first.rows_extracted, first.rows_inserted) == (100, 100)
+
+    # 5 rows inside the lookback hour, 3 new rows, 2 updates: only those are read.
+    orders_source.upsert([(200 + i, "placed", 1.0, at(1, 9, 30)) for i in range(5)])
+    orders_source.upsert([(300 + i, "placed", 2.0, at(1, 12)) for i in range(3)])
+    orders_source.upsert([(1, "paid", 1.0, at(1, 11)), (2, "paid", 1.0, at(1, 11))])
+    second = load(spark, spec, target, 1)
+
+    # Window (10:00 - 1h, 12:00]: the 100 rows at 10:00 (re-read), 5 + 3 + 2 changed rows.
+    assert second.rows_extracted == 100 + 5 + 3
+    assert (second.rows_inserted, second.rows_updated) == (8, 2)
+    assert second.cursor_after == at(1, 12)
+    assert len(target_rows(target)) == 108
+
+
+def test_rerunning_a_partition_changes_nothing(spark, orders_source, target):
+    spec = make_spec(orders_source.path, watermark={"lookback": "6h"})
+    orders_source.upsert([(i, "placed", float(i), at(1, i % 20)) for i in range(1, 50)])
+    load(spark, spec, target, 1)
+    version, rows = DeltaTable(target.path).version(), target_rows(target)
+
+    again = load(spark, spec, target, 1)
+
+    assert not again.committed
+    assert (again.rows_inserted, again.rows_updated) == (0, 0)
+    assert again.rows_unchanged == again.rows_staged > 0
+    assert DeltaTable(target.path).version() == version
+    assert target_rows(target) == rows
+
+
+def test_empty_increment_makes_no_delta_version_and_keeps_watermark(spark, orders_source, target):
+    spec = make_spec(orders_source.path)  # no lookback
+    orders_source.upsert([(1, "placed", 1.0, at(1, 5))])
+    load(spark, spec, target, 1)
+    version = DeltaTable(target.path).version()
+
+    empty = load(spark, spec, target, 1)
+
+    assert (empty.rows_extracted, empty.rows_inserted, empty.rows_updated) == (0, 0, 0)
+    assert not empty.committed
+    assert empty.cursor_after == empty.cursor_before == at(1, 5)
+    assert DeltaTable(target.path).version() == version
+
+
+def test_watermark_is_committed_in_the_same_delta_commit_as_the_data(spark, orders_source, target):
+    spec = make_spec(orders_source.path)
+    orders_source.upsert([(1, "placed", 1.0, at(1, 5)), (2, "placed", 1.0, at(1, 7))])
+    result = load(spark, spec, target, 1)
+
+    table = DeltaTable(target.path)
+    commit = table.history(1)[0]
+    assert commit["version"] == result.delta_version == table.version()
+    assert int(commit["operationMetrics"]["numFiles"]) >= 1  # the data...
+    record = delta_commits.parse(commit)
+    assert record["cursor_after"] == "2026-01-01T07:00:00Z"  # ...its watermark...
+    # ...as Delta's idempotent write of the table's first commit sequence.
+    assert record["sequence"] == 0
+    assert table.transaction_version(app_id("orders")) == 0
+    assert target.state("timestamp").cursor == at(1, 7)
+
+
+def test_rows_arriving_during_a_run_are_loaded_by_the_next_run(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "events")
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    folder.drop(order_rows([(i, "placed", 1.0, at(1, 8)) for i in range(1, 11)]))
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+
+    def write_during_run(phase: str) -> None:
+        # After the high-water mark is captured: rows land in the source mid-run, some
+        # stamped later than the mark and some at exactly the mark.
+        if phase == "probed":
+            folder.drop(order_rows([(i, "placed", 1.0, at(1, 9)) for i in range(11, 16)]))
+
+    first = load(spark, spec, target, 1, hook=write_during_run)
+    assert first.cursor_after == at(1, 8)
+    assert first.rows_inserted == 10
+
+    second = load(spark, spec, target, 1)
+    assert second.rows_inserted == 5
+    assert second.cursor_after == at(1, 9)
+    assert [r[0] for r in target_rows(target)] == list(range(1, 16))
+
+
+def test_several_versions_of_a_key_in_one_batch_land_as_the_newest(
+    spark, orders_source, target, tmp_path
+):
+    folder = ParquetFolder(tmp_path / "changes")
+    folder.drop(
+        order_rows(
+            [
+                (1, "placed", 1.0, at(1, 1)),
+                (1, "shipped", 1.0, at(1, 3)),
+                (1, "paid", 1.0, at(1, 2)),
+                (2, "placed", 5.0, at(1, 4)),
+                (2, "placed", 5.0, at(1, 4)),  # exact duplicate
+            ]
+        )
+    )
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+
+    result = load(spark, spec, target, 1)
+
+    assert (result.rows_extracted, result.rows_staged, result.duplicates_in_batch) == (5, 2, 3)
+    assert target_rows(target) == [(1, "shipped", 1.0, at(1, 3)), (2, "placed", 5.0, at(1, 4))]
+
+
+def test_replaying_an_old_partition_never_replaces_a_newer_row(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "changes")
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    # The change log holds both versions of order 1: placed on day 1, shipped on day 3.
+    folder.drop(order_rows([(1, "placed", 1.0, at(1, 9)), (2, "placed", 2.0, at(1, 9))]))
+    folder.drop(order_rows([(1, "shipped", 1.0, at(3, 9))]))
+    load(spark, spec, target, 1, 3)
+    newest = target_rows(target)
+
+    replay = load(spark, spec, target, 1)  # day 1 is behind the cursor: a re-read
+
+    assert replay.mode == "backfill"
+    assert replay.rows_extracted == 2 and replay.rows_updated == 0
+    assert target_rows(target) == newest
+    assert (1, "shipped", 1.0, at(3, 9)) in newest
+
+
+def test_windows_loaded_in_any_order_converge_to_the_same_table(spark, tmp_path):
+    rng = random.Random(3)
+    folder = ParquetFolder(tmp_path / "changes")
+    versions = []
+    for _ in range(400):
+        key = rng.randint(1, 60)
+        stamp = at(rng.randint(1, 6), rng.randint(0, 23), rng.choice([0, 0, 30]))
+        versions.append((key, rng.choice(["a", "b", "c"]), float(rng.randint(1, 9)), stamp))
+    folder.drop(order_rows(versions))
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+
+    in_order = DeltaTarget("orders", str(tmp_path / "in_order"))
+    for d in range(1, 7):
+        load(spark, spec, in_order, d)
+    shuffled = DeltaTarget("orders", str(tmp_path / "shuffled"))
+    for d in [4, 2, 6, 1, 5, 3, 6, 2]:
+        load(spark, spec, shuffled, d, backfill=True)
+
+    assert target_rows(shuffled) == target_rows(in_order)
+    assert differences(spark, spec, in_order) == (0, 0)
+
+
+def test_late_row_inside_lookback_is_loaded_exactly_once(spark, orders_source, target):
+    spec = make_spec(orders_source.path, watermark={"lookback": "2h"})
+    orders_source.upsert([(1, "placed", 1.0, at(1, 23, 30))])
+    load(spark, spec, target, 1)
+    # Arrives after day 1 was loaded, stamped 23:00 on day 1: inside the 2h lookback.
+    orders_source.upsert([(2, "placed", 1.0, at(1, 23))])
+    orders_source.upsert([(3, "placed", 1.0, at(2, 6))])
+
+    day2 = load(spark, spec, target, 2)
+    orders_source.upsert([(4, "placed", 1.0, at(3, 8))])
+    day3 = load(spark, spec, target, 3)
+
+    assert day2.rows_inserted == 2  # the late row and the new one
+    assert day3.rows_inserted == 1 and day3.rows_updated == 0  # not again
+    assert [r[0] for r in target_rows(target)] == [1, 2, 3, 4]
+
+
+def test_row_older_than_lookback_is_loaded_once_by_backfill_of_its_partition(
+    spark, orders_source, target
+):
+    spec = make_spec(orders_source.path, watermark={"lookback": "1h"})
+    orders_source.upsert([(1, "placed", 1.0, at(1, 10)), (2, "placed", 1.0, at(2, 10))])
+    load(spark, spec, target, 1)
+    load(spark, spec, target, 2)
+    # Stamped on day 1 but written after day 2 was loaded: beyond any lookback.
+    orders_source.upsert([(3, "placed", 1.0, at(1, 6))])
+    orders_source.upsert([(4, "placed", 1.0, at(3, 6))])
+    day3 = load(spark, spec, target, 3)
+    assert day3.rows_inserted == 1  # only order 4
+
+    backfill = load(spark, spec, target, 1, backfill=True)
+    again = load(spark, spec, target, 1, backfill=True)
+
+    assert backfill.rows_inserted == 1 and backfill.cursor_after == at(3, 6)
+    assert again.rows_inserted == 0 and not again.committed
+    assert [r[0] for r in target_rows(target)] == [1, 2, 3, 4]
+
+
+def test_backfill_of_a_range_equals_loading_partitions_one_by_one(spark, tmp_path):
+    rng = random.Random(11)
+    folder = ParquetFolder(tmp_path / "changes")
+    rows = [
+        (rng.randint(1, 80), rng.choice("xyz"), 1.0, at(rng.randint(1, 5), rng.randint(0, 23)))
+        for _ in range(300)
+    ]
+    folder.drop(order_rows(rows))
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    one_by_one = DeltaTarget("orders", str(tmp_path / "one_by_one"))
+    for d in range(1, 6):
+        load(spark, spec, one_by_one, d)
+    ranged = DeltaTarget("orders", str(tmp_path / "ranged"))
+
+    result = load(spark, spec, ranged, 1, 5)
+
+    assert result.committed
+    assert target_rows(ranged) == target_rows(one_by_one)
+    assert one_by_one.state("timestamp").cursor == ranged.state("timestamp").cursor
+
+
+def test_many_rows_sharing_the_watermark_value_are_all_loaded(spark, orders_source, target):
+    spec = make_spec(orders_source.path, watermark={"lookback": "1s"})
+    burst = at(1, 12)
+    orders_source.upsert([(i, "placed", 1.0, burst) for i in range(1, 1001)])
+    load(spark, spec, target, 1)
+    # More rows of the same batch import commit after the run, with the same timestamp.
+    orders_source.upsert([(i, "placed", 1.0, burst) for i in range(1001, 1501)])
+
+    second = load(spark, spec, target, 1)
+
+    assert second.rows_inserted == 500
+    assert len(target_rows(target)) == 1500
+
+
+def test_settle_lag_holds_rows_newer_than_clock_minus_lag(spark, tmp_path):
+    now = datetime.now(tz=at(1).tzinfo).replace(microsecond=0)
+    folder = ParquetFolder(tmp_path / "orders")
+    folder.drop(
+        order_rows(
+            [
+                (1, "placed", 1.0, now - timedelta(hours=2)),
+                (2, "placed", 1.0, now - timedelta(minutes=5)),
+            ]
+        )
+    )
+    spec = make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        watermark={"settle_lag": "30m"},
+        partitioning={"start": (now - timedelta(days=2)).date().isoformat()},
+    )
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    today = now.replace(hour=0, minute=0, second=0)
+    request = LoadRequest(today - timedelta(days=1), today + timedelta(days=2))
+
+    result = run_load(spark, spec, target, request)
+
+    assert [r[0] for r in target_rows(target)] == [1]
+    assert result.cursor_after == now - timedelta(hours=2)
+
+
+def test_naive_source_timestamps_are_read_in_the_source_zone(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "events")
+    naive = pa.schema([("order_id", pa.int64()), ("updated_at", pa.timestamp("us"))])
+    # 00:30 in Berlin on Jan 2 is 23:30 UTC on Jan 1: it belongs to partition Jan 1.
+    folder.drop(
+        pa.Table.from_pylist(
+            [
+                {"order_id": 1, "updated_at": datetime(2026, 1, 2, 0, 30)},
+                {"order_id": 2, "updated_at": datetime(2026, 1, 2, 1, 30)},
+            ],
+            schema=naive,
+        )
+    )
+    spec = make_spec(str(folder.path), source={"format": "parquet", "timezone": "Europe/Berlin"})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+
+    day1 = load(spark, spec, target, 1)
+
+    assert day1.rows_inserted == 1
+    assert day1.cursor_after == at(1, 23, 30)
+    rows = target_rows(target, columns=("order_id", "updated_at"))
+    assert rows == [(1, at(1, 23, 30))]
+
+
+def test_append_strategy_inserts_new_keys_and_ignores_existing_ones(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "events")
+    spec = make_spec(str(folder.path), source={"format": "parquet"}, strategy="append")
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    folder.drop(order_rows([(1, "first", 1.0, at(1, 1)), (2, "first", 1.0, at(1, 2))]))
+    load(spark, spec, target, 1)
+    folder.drop(order_rows([(2, "second", 1.0, at(1, 3)), (3, "first", 1.0, at(1, 4))]))
+
+    result = load(spark, spec, target, 1)
+
+    assert (result.rows_inserted, result.rows_updated) == (1, 0)
+    assert [r[:2] for r in target_rows(target)] == [(1, "first"), (2, "first"), (3, "first")]
+
+
+@pytest.mark.parametrize("partition_by", [[], ["status"]])
+def test_target_readable_by_spark_with_and_without_delta_partitions(
+    spark, orders_source, tmp_path, partition_by
+):
+    spec = make_spec(orders_source.path, target={"partition_by": partition_by})
+    orders_source.upsert([(1, "a/b c", 1.0, at(1, 1)), (2, "x", 2.0, at(1, 2))])
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    orders_source.upsert([(1, "x", 3.0, at(1, 3))])
+    load(spark, spec, target, 1)
+
+    rows = sorted(tuple(r) for r in target.to_spark(spark).select("order_id", "status").collect())
+    assert rows == [(1, "x"), (2, "x")]
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def test_timestamp_watermark_without_a_lookback_setting_runs_twice(spark, orders_source, target):
+    from incremental_assets.specs import TableSpec
+
+    spec = TableSpec.model_validate(
+        {
+            "name": "orders",
+            "source": {"format": "delta", "path": orders_source.path},
+            "keys": ["order_id"],
+            "watermark": {"column": "updated_at", "kind": "timestamp"},
+            "strategy": "upsert",
+            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+        }
+    )
+    orders_source.upsert([(1, "placed", 1.0, at(1, 1))])
+    load(spark, spec, target, 1)
+    orders_source.upsert([(2, "placed", 1.0, at(1, 2))])
+
+    second = load(spark, spec, target, 1)
+
+    assert spec.watermark.lookback == timedelta(0)
+    assert second.rows_inserted == 1

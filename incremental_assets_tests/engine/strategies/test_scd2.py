@@ -1,0 +1,239 @@
+"""SCD type 2 history tables (strategy scd2), fed by upserts, CDC feeds and snapshots."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError
+from incremental_assets.engine.reload import differences
+from incremental_assets_tests.builders import (
+    DeltaSourceTable,
+    ParquetFolder,
+    at,
+    deliver,
+    feed,
+    history,
+    load,
+    make_spec,
+    rows,
+    scd2_reference,
+)
+
+VERSION = ("id", "name", "valid_from", "valid_to", "is_current")
+
+
+def cdc_history_spec(path: Path, **strategy):
+    return make_spec(
+        str(path),
+        source={"format": "parquet"},
+        keys=["id"],
+        watermark={"column": "lsn", "kind": "id", "lookback": 0},
+        partitioning={"column": "changed_at"},
+        strategy={"kind": "scd2", "changes": "cdc", **strategy},
+    )
+
+
+CUSTOMERS = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("city", pa.string()),
+        ("email", pa.string()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def customers(*rows) -> pa.Table:
+    return pa.Table.from_pylist(
+        [dict(zip(CUSTOMERS.names, r, strict=True)) for r in rows], CUSTOMERS
+    )
+
+
+@pytest.fixture
+def folder(tmp_path) -> ParquetFolder:
+    return ParquetFolder(tmp_path / "feed")
+
+
+def test_tracked_change_opens_a_version_untracked_change_updates_in_place(spark, folder, tmp_path):
+    spec = make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        keys=["id"],
+        strategy={"kind": "scd2", "tracked": ["city"]},
+    )
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(customers((1, "Oslo", "a@x", at(1, 1)), (2, "Rome", "b@x", at(1, 1))))
+    first = load(spark, spec, target, 1)
+    folder.drop(
+        customers(
+            (1, "Bergen", "a@x", at(2, 1)),  # tracked: closes Oslo, opens Bergen
+            (2, "Rome", "b@new", at(2, 1)),  # untracked only: the version is updated
+        )
+    )
+    second = load(spark, spec, target, 2)
+
+    assert rows(target, "id", "city", "email", "valid_from", "valid_to", "is_current") == [
+        (1, "Bergen", "a@x", at(2, 1), None, True),
+        (1, "Oslo", "a@x", at(1, 1), at(2, 1), False),
+        (2, "Rome", "b@new", at(1, 1), None, True),
+    ]
+    assert first.changes == {"open": 2, "close": 0, "update": 0, "remove": 0}
+    assert second.changes == {"open": 1, "close": 1, "update": 1, "remove": 0}
+    assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (1, 2, 0)
+
+
+def test_unchanged_rows_and_replays_write_nothing(spark, folder, tmp_path):
+    spec = make_spec(str(folder.path), source={"format": "parquet"}, keys=["id"], strategy="scd2")
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(customers((1, "Oslo", "a@x", at(1, 1)), (2, "Rome", "b@x", at(1, 2))))
+    load(spark, spec, target, 1)
+    version = DeltaTable(target.path).version()
+
+    replay = load(spark, spec, target, 1, backfill=True)
+
+    assert replay.changes == {"open": 0, "close": 0, "update": 0, "remove": 0}
+    assert not replay.committed and DeltaTable(target.path).version() == version
+
+
+def test_late_change_is_placed_in_history_and_does_not_become_current(spark, folder, tmp_path):
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (1, "c", "U", 3, at(1, 5))))
+    load(spark, spec, target, 1)
+    # lsn 2 arrives after lsn 3 was loaded, and only a backfill of day 1 reads it.
+    folder.drop(feed((1, "b", "U", 2, at(1, 3))))
+    incremental = load(spark, spec, target, 1)
+    backfill = load(spark, spec, target, 1, backfill=True)
+
+    assert incremental.rows_extracted == 0
+    assert rows(target, *VERSION) == [
+        (1, "a", at(1, 1), at(1, 3), False),
+        (1, "b", at(1, 3), at(1, 5), False),
+        (1, "c", at(1, 5), None, True),
+    ]
+    assert backfill.changes == {"open": 1, "close": 0, "update": 1, "remove": 0}
+
+
+def test_delete_closes_the_current_version_and_a_reinsert_opens_a_new_one(spark, folder, tmp_path):
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 1))))
+    load(spark, spec, target, 1)
+    folder.drop(feed((1, None, "D", 3, at(2, 1)), (2, "b", "U", 4, at(2, 2))))
+    load(spark, spec, target, 2)
+    folder.drop(feed((1, "a", "I", 5, at(3, 1))))
+    load(spark, spec, target, 3)
+
+    assert rows(target, *VERSION) == [
+        (1, "a", at(1, 1), at(2, 1), False),
+        (1, "a", at(3, 1), None, True),
+        (2, "b", at(1, 1), None, True),
+    ]
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def test_backfill_of_old_partitions_never_rewrites_newer_history(spark, folder, tmp_path):
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    for day in (1, 2, 3):
+        folder.drop(feed((1, f"v{day}", "U" if day > 1 else "I", day, at(day, 1))))
+        load(spark, spec, target, day)
+    before = rows(target, *VERSION)
+    version = DeltaTable(target.path).version()
+
+    for day in (1, 2):
+        result = load(spark, spec, target, day, backfill=True)
+        assert result.rows_extracted == 1 and not result.committed
+
+    assert rows(target, *VERSION) == before
+    assert DeltaTable(target.path).version() == version
+
+
+def test_history_from_snapshots_closes_vanished_keys(spark, tmp_path):
+    source = DeltaSourceTable(tmp_path / "source")
+    spec = make_spec(
+        source.path, keys=["id"], watermark=None, strategy={"kind": "scd2", "changes": "snapshot"}
+    )
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    source.replace(customers((1, "Oslo", "a", at(1)), (2, "Rome", "b", at(1))))
+    first = load(spark, spec, target, 1)
+    source.replace(customers((1, "Bergen", "a", at(1)), (3, "Pisa", "c", at(1))))
+    second = load(spark, spec, target, 2)
+    t1, t2 = first.cursor_after, second.cursor_after
+
+    assert rows(target, "id", "city", "valid_from", "valid_to", "is_current") == [
+        (1, "Bergen", t2, None, True),
+        (1, "Oslo", t1, t2, False),
+        (2, "Rome", t1, t2, False),
+        (3, "Pisa", t2, None, True),
+    ]
+    assert second.changes == {"open": 2, "close": 2, "update": 0, "remove": 0}
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def test_null_effective_time_fails_and_commits_nothing(spark, folder, tmp_path):
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, None)))
+
+    with pytest.raises(NullValuesError, match="changed_at: 1"):
+        load(spark, spec, target, 1)
+    assert not target.exists()
+
+
+# --- property test: random histories into scd2, against a plain-Python reference ------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_histories_into_scd2_equal_the_reference(spark, tmp_path, seed):
+    rng = random.Random(seed * 17)
+    events = history(seed, keys=120, events=600, names=("a", "b", "c"))
+    folder = ParquetFolder(tmp_path / "feed")
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    columns = ("id", "name", "lsn", "valid_from", "valid_to", "is_current")
+
+    for batch in deliver(events, rng):
+        folder.drop(feed(*batch))
+        load(spark, spec, target, 4)
+        if rng.random() < 0.5:
+            first = rng.randint(1, 4)
+            load(spark, spec, target, first, rng.randint(first, 4), backfill=True)
+    load(spark, spec, target, 1, 4, backfill=True)
+    loaded = rows(target, *columns)
+    for day in rng.sample([1, 2, 3, 4], 2):
+        load(spark, spec, target, day, backfill=True)
+
+    assert loaded == scd2_reference(events)
+    assert rows(target, *columns) == loaded
+
+
+@pytest.mark.parametrize(
+    ("events", "error", "says"),
+    [
+        ([(1, "a", "X", 3, at(2, 1))], IncrementalLoadError, "operation code"),
+        ([(None, "a", "U", 3, at(2, 1))], NullValuesError, "id: 1"),
+    ],
+)
+def test_bad_change_rows_fail_and_leave_target_and_change_log_untouched(
+    spark, folder, tmp_path, events, error, says
+):
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(feed((1, "a", "I", 1, at(1, 1))))
+    load(spark, spec, target, 1)
+    log = DeltaTable(f"{target.path}__changes")
+    versions = (DeltaTable(target.path).version(), log.version())
+    folder.drop(feed((2, "b", "I", 2, at(2, 1)), *events))
+
+    with pytest.raises(error, match=says):
+        load(spark, spec, target, 2)
+
+    log.update_incremental()
+    assert (DeltaTable(target.path).version(), log.version()) == versions

@@ -1,0 +1,178 @@
+"""Guards against a vanished source: an empty snapshot, or a run that would delete more
+than ``strategy.max_delete_share`` of the target's live rows, fails before anything is
+written (target and side tables), with the numbers and the setting that allows it; the
+guard's numbers are metadata with a check."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.defs.checks import DELETES_WITHIN_LIMIT, check_specs
+from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.checks import deletes_within_limit
+from incremental_assets.engine.errors import DeleteGuardError
+from incremental_assets_tests.builders import DeltaSourceTable, ParquetFolder, at, load, make_spec
+
+PRODUCTS = pa.schema([("id", pa.int64()), ("name", pa.string())])
+FEED = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("op", pa.string()),
+        ("lsn", pa.int64()),
+        ("changed_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def products(ids: range | list[int]) -> pa.Table:
+    return pa.Table.from_pylist([{"id": i, "name": f"p{i}"} for i in ids], PRODUCTS)
+
+
+def feed(*events: tuple) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(FEED.names, e, strict=True)) for e in events], FEED)
+
+
+def snapshot_spec(path: str, **strategy):
+    return make_spec(path, keys=["id"], watermark=None, strategy={"kind": "snapshot", **strategy})
+
+
+def cdc_spec(path, **strategy):
+    return make_spec(
+        str(path),
+        source={"format": "parquet"},
+        keys=["id"],
+        watermark={"column": "lsn", "kind": "id", "lookback": 0},
+        partitioning={"column": "changed_at"},
+        strategy={"kind": "cdc", **strategy},
+    )
+
+
+def state(target: DeltaTarget) -> tuple[int, list[int]]:
+    table = DeltaTable(target.path)
+    ids = sorted(table.to_pyarrow_table(columns=["id"]).column("id").to_pylist())
+    return table.version(), ids
+
+
+@pytest.fixture
+def snapshot_source(tmp_path) -> DeltaSourceTable:
+    return DeltaSourceTable(tmp_path / "source")
+
+
+@pytest.mark.parametrize("deletes", ["hard", "soft"])
+def test_an_empty_snapshot_is_refused_and_the_target_keeps_every_row(
+    spark, snapshot_source, tmp_path, deletes
+):
+    target = DeltaTarget("products", str(tmp_path / "target"))
+    snapshot_source.replace(products(range(1, 11)))
+    load(spark, snapshot_spec(snapshot_source.path, deletes=deletes), target, 1)
+    before = state(target)
+    snapshot_source.replace(products([]))  # the export failed: one file, no rows
+
+    with pytest.raises(DeleteGuardError) as info:
+        load(spark, snapshot_spec(snapshot_source.path, deletes=deletes), target, 2)
+
+    message = str(info.value)
+    assert "table 'orders'" in message  # make_spec's table name
+    assert "snapshot is empty (0 rows)" in message
+    assert "10 live rows" in message
+    assert "strategy.allow_empty: true" in message
+    assert "Nothing was written" in message
+    assert state(target) == before
+
+
+def test_an_empty_snapshot_loads_when_allowed(spark, snapshot_source, tmp_path):
+    target = DeltaTarget("products", str(tmp_path / "target"))
+    snapshot_source.replace(products(range(1, 5)))
+    load(spark, snapshot_spec(snapshot_source.path), target, 1)
+    snapshot_source.replace(products([]))
+
+    result = load(
+        spark,
+        snapshot_spec(snapshot_source.path, allow_empty=True, max_delete_share=1.0),
+        target,
+        2,
+    )
+
+    assert result.rows_deleted == 4
+    assert state(target)[1] == []
+
+
+def test_a_snapshot_dropping_most_rows_is_refused_with_the_numbers_and_the_setting(
+    spark, snapshot_source, tmp_path
+):
+    target = DeltaTarget("products", str(tmp_path / "target"))
+    snapshot_source.replace(products(range(1, 11)))
+    load(spark, snapshot_spec(snapshot_source.path), target, 1)
+    before = state(target)
+    snapshot_source.replace(products(range(1, 5)))  # 6 of 10 vanish
+
+    with pytest.raises(DeleteGuardError) as info:
+        load(spark, snapshot_spec(snapshot_source.path), target, 2)
+
+    message = str(info.value)
+    assert "would delete 6 of the target's 10 live rows (60.0%)" in message
+    assert "strategy.max_delete_share (50%)" in message
+    assert info.value.report.deleting == 6
+    assert state(target) == before
+
+    allowed = load(spark, snapshot_spec(snapshot_source.path, max_delete_share=0.6), target, 2)
+    assert allowed.rows_deleted == 6
+    assert allowed.guard is not None and allowed.guard.share == 0.6
+
+
+def test_a_cdc_batch_deleting_most_rows_is_refused_before_tombstones_are_written(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
+    target = DeltaTarget("customers", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path)
+    load(spark, spec, target, 1)
+    before = state(target)
+    folder.drop(feed(*[(i, None, "D", 10 + i, at(2, 1)) for i in range(1, 8)]))
+
+    with pytest.raises(DeleteGuardError) as info:
+        load(spark, spec, target, 2)
+
+    assert "would delete 7 of the target's 10 live rows (70.0%)" in str(info.value)
+    assert state(target) == before
+    assert not DeltaTarget("x", target.path + "__tombstones").exists()
+
+
+def test_deletes_of_keys_the_target_never_held_do_not_trip_the_guard(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
+    target = DeltaTarget("customers", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path)
+    load(spark, spec, target, 1)
+    # Eight keys created and deleted within the batch, and one real delete.
+    born = [(i, f"n{i}", "I", 2 * i, at(2, 1)) for i in range(100, 108)]
+    gone = [(i, None, "D", 2 * i + 1, at(2, 1)) for i in range(100, 108)]
+    folder.drop(feed(*born, *gone, (1, None, "D", 999, at(2, 2))))
+
+    result = load(spark, spec, target, 2)
+
+    assert result.rows_deleted == 1
+    assert result.guard is not None
+    assert (result.guard.deleting, result.guard.live_rows) == (1, 10)
+    assert deletes_within_limit(spec, result).passed
+    assert state(target)[1] == list(range(2, 11))
+
+
+def test_the_guard_is_reported_in_commit_metadata_and_checked(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path, deletes="soft")
+    load(spark, spec, target, 1)
+    folder.drop(feed((1, None, "D", 20, at(2, 1)), (2, None, "D", 21, at(2, 1))))
+
+    result = load(spark, spec, target, 2)
+
+    outcome = deletes_within_limit(spec, result)
+    assert outcome.passed
+    assert outcome.description.startswith("2 of 10 live rows deleted (20.0%), limit 50%")
+    commit = target.loads(limit=1)[0]
+    assert (commit["rows_deleting"], commit["delete_share"]) == (2, 0.2)
+    assert DELETES_WITHIN_LIMIT in {c.name for c in check_specs(spec)}
