@@ -1,9 +1,10 @@
 """Extracting an increment from PostgreSQL over JDBC, with one and several slices, against
 reading the whole table.
 
-1. start a throwaway PostgreSQL (the tests' helper), build an ``orders`` table of
-   ``--rows`` rows with ``generate_series`` (about 200k orders a day, ``updated_at`` a
-   little after ``created_at``), with an index on ``updated_at``, and ANALYZE it;
+1. start a throwaway PostgreSQL (``incremental_assets.demo.postgres_server``, as the demo
+   and the tests do), build an ``orders`` table of ``--rows`` rows with ``generate_series``
+   (about 200k orders a day, ``updated_at`` a little after ``created_at``), with an index
+   on ``updated_at``, and ANALYZE it;
 2. full reads, timed: Spark reading every row through JDBC into a no-op sink (one slice,
    then ``--slices`` slices on ``order_id``), and the engine's first load of the table
    (``run_load`` on an empty target) with one and with several slices;
@@ -36,13 +37,13 @@ from typing import TypeVar
 
 from pydantic import SecretStr
 
+from incremental_assets.demo.postgres_server import JDBC_JAR, PostgresServer
 from incremental_assets.engine import DeltaTarget, LoadRequest, LoadResult, run_load
 from incremental_assets.engine.delta_lake.store import row_count
 from incremental_assets.engine.sources import open_source
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.models import ConnectionSpec
-from incremental_assets_tests.postgres import JDBC_JAR, PostgresServer
 
 T = TypeVar("T")
 UTC = timezone.utc

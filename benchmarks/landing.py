@@ -27,30 +27,35 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
+import re
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from dagster_deltalake import S3Config
 from deltalake import DeltaTable
 
+from incremental_assets.defs.resources import DeltaWarehouse
 from incremental_assets.demo.invoices import (
     comparable_gold,
     gold_from_silver,
     silver_from_bronze,
 )
-from incremental_assets.demo.simulator import random_invoice
+from incremental_assets.demo.simulator import INVOICE_DDL, random_invoice
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import load_landing, pending_files
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.specs import TableSpec
-from incremental_assets_tests.test_landing import landing_spec
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 STORES = ("STR7188", "STR1534", "STR2629", "STR4011")
@@ -58,7 +63,20 @@ SETTLED = (START - timedelta(days=1)).timestamp()
 
 
 def spec_for(folder: Path | str, settle: str = "30s") -> TableSpec:
-    return landing_spec(folder, settle=settle)  # the tests' invoice landing table
+    """The invoice landing table (bronze) on ``folder``, as the demo's without refine."""
+    return TableSpec.model_validate(
+        {
+            "name": "invoices_bronze",
+            "source": {
+                "format": "json",
+                "path": str(folder),
+                "schema": INVOICE_DDL,
+                "landing": {"settle": settle},
+            },
+            "strategy": "append",
+            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+        }
+    )
 
 
 def invoice(rng: random.Random, number: int, day: int) -> dict:
@@ -86,19 +104,80 @@ class LocalFolder:
         return None  # Spark reads local files in place: files_loaded says which
 
 
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+class S3Server:
+    """moto's S3 server (dev extra) in a child process on a free local port, over HTTP
+    (in a thread of this process it would wait for the GIL that delta-rs's listing holds).
+    Its request log (stderr) tells which objects were downloaded."""
+
+    def __init__(self, root: Path):
+        import boto3  # installed with moto
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.log = root / "moto.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("w"),
+        )
+        deadline = time.monotonic() + 60
+        while not _accepts(port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError(f"moto's S3 server did not start; see {self.log}")
+            time.sleep(0.2)
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            region_name="us-east-1",
+        )
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+    def storage_options(self) -> dict[str, str]:
+        """The warehouse resource's storage options for this server (plain http needs
+        ``allow_http``, which dagster-deltalake's S3Config lacks)."""
+        storage = S3Config(
+            endpoint=self.endpoint,
+            access_key_id="test",
+            secret_access_key="test",
+            region="us-east-1",
+        )
+        return DeltaWarehouse(storage=storage, options={"allow_http": "true"}).storage_options()
+
+    def object_reads(self, bucket: str) -> int:
+        """GET requests logged for the objects of ``bucket`` (listings not counted)."""
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", self.log.read_text())  # colours
+        return len(re.findall(rf'"GET /{re.escape(bucket)}/[^ ?]+ HTTP', plain))
+
+
 class S3Folder:
     """The landing folder in a bucket of an S3-compatible server (moto's); objects cannot
     be back-dated, so they settle at once."""
 
-    def __init__(self, server, bucket: str):
-        server.create(bucket)
+    def __init__(self, server: S3Server, bucket: str):
+        server.client.create_bucket(Bucket=bucket)
         self.server, self.bucket = server, bucket
         self.spec = spec_for(f"s3://{bucket}/landing", settle="0s")
-        self.storage = server.warehouse().storage_options()
-        self.names: dict[str, str] = {}
+        self.storage = server.storage_options()
 
     def write(self, name: str, rows: list[dict]) -> None:
-        self.server.put(self.bucket, f"landing/{name}", "".join(json.dumps(r) + "\n" for r in rows))
+        body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        self.server.client.put_object(Bucket=self.bucket, Key=f"landing/{name}", Body=body)
 
     def reads(self) -> int:
         return self.server.object_reads(self.bucket)
@@ -235,10 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = local_session("incremental-assets-bench-landing")
     server = None
     if args.store == "s3":
-        from incremental_assets_tests.object_stores import S3Server
-
-        if S3Server.missing():
-            parser.error("--store s3 needs moto_server: install the dev extra")
+        if importlib.util.find_spec("moto") is None:
+            parser.error("--store s3 needs moto's S3 server: install the dev extra")
         server = S3Server(root)
 
     def folder(name: str):
@@ -278,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
-    where = "an S3 bucket (moto_server, local)" if server else "a local folder"
+    where = "an S3 bucket (moto's server, local)" if server else "a local folder"
     print(
         f"\nPick-up of {args.new} new files (JSON lines, one invoice each) from {where}, "
         f"median of {args.repeats}"
