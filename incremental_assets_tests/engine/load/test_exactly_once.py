@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from incremental_assets.engine.reload import differences
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import TableSpec, load_project
 from incremental_assets_tests.builders import (
+    PROJECT_ROOT,
     DeltaSourceTable,
     ParquetFolder,
     at,
@@ -204,6 +206,9 @@ class ChildProject:
         self.root = root
         self.table = table
         (root / "home").mkdir(parents=True)
+        # The shipped instance configuration: pools of limit 1, run monitoring, so a killed
+        # run's slot must be freed for the re-run to proceed.
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", root / "home" / "dagster.yaml")
         (root / "tables.yaml").write_text(f"warehouse:\n  root: ./warehouse\ntables:{table.yaml}")
         self.spec: TableSpec = load_project(root / "tables.yaml").tables[0]
         self.target = DeltaTarget(table.name, str(root / "warehouse" / table.name))
@@ -250,6 +255,29 @@ class ChildProject:
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.root / "home"))
+
+    def slot_holders(self) -> dict[str, str]:
+        """The runs holding a pool slot, with their status."""
+        with self.instance() as instance:
+            storage = instance.event_log_storage
+            held = {
+                slot.run_id
+                for pool in storage.get_concurrency_keys()
+                for slot in storage.get_concurrency_info(pool).claimed_slots
+            }
+            return {run_id: instance.get_run_by_id(run_id).status.value for run_id in held}
+
+    def assert_killed_run_held_its_slot(self) -> str:
+        """The killed run still holds its table's slot (as the shipped dagster.yaml makes
+        it); returns its id."""
+        (holder, status), *others = self.slot_holders().items()
+        assert (status, others) == ("STARTED", [])
+        return holder
+
+    def assert_rerun_freed(self, dead_run: str) -> None:
+        assert self.slot_holders() == {}
+        with self.instance() as instance:
+            assert instance.get_run_by_id(dead_run).status == dg.DagsterRunStatus.FAILURE
 
     def materializations(self) -> list[dg.EventLogRecord]:
         with self.instance() as instance:
@@ -328,8 +356,10 @@ def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, 
         tombstones = {**tombstones, **child.table.deleted_on_crash_day()}
     assert child.tombstones() == tombstones  # after_extract: not yet written
     assert len(child.materializations()) == 1
+    dead_run = child.assert_killed_run_held_its_slot()
 
     assert child.materialize(CRASH_DAY) == 0
+    child.assert_rerun_freed(dead_run)
     assert_equals_reference(child, spark)
     last = child.last_metadata()
     reported = tuple(last[f"rows_{n}"].value for n in ("inserted", "updated", "deleted"))
@@ -349,8 +379,10 @@ def test_kill_after_delta_commit_before_dagster_records_it_is_recovered_on_rerun
     assert child.version() == version + 1  # the data landed...
     assert len(child.materializations()) == 1  # ...but Dagster never heard of it
     assert child.target.state(child.table.kind).cursor == child.table.cursor()
+    dead_run = child.assert_killed_run_held_its_slot()
 
     assert child.materialize(CRASH_DAY) == 0
+    child.assert_rerun_freed(dead_run)
 
     assert child.version() == version + 1  # nothing twice
     assert_equals_reference(child, spark)
