@@ -9,8 +9,8 @@ from dagster_pyspark import PySparkResource
 
 from incremental_assets.defs.checks import check_results, check_specs
 from incremental_assets.defs.connections import (
+    DatabaseConnections,
     connection_of,
-    resource_key,
     retry_policy,
 )
 from incremental_assets.defs.connections import pool_name as connection_pool
@@ -19,12 +19,12 @@ from incremental_assets.defs.landing import (
     landing_check_specs,
     landing_metadata,
 )
-from incremental_assets.defs.metadata import load_metadata
-from incremental_assets.defs.partitions import load_request, partitions_for
+from incremental_assets.defs.metadata import load_metadata, table_metadata
+from incremental_assets.defs.partitions import automation_for, load_request, partitions_for
 from incremental_assets.defs.pools import mark_worker
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
-from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import run_landing_load
 from incremental_assets.engine.sources.jdbc import failures_explained
 from incremental_assets.engine.watermarks import format_value
@@ -52,7 +52,6 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
     # A landing folder has its own runner (engine/landing.py), picked here.
     landing = spec.landing is not None
     # A database connection's password is its own resource, so only its tables need it.
-    resource_keys = {"spark", "warehouse", *([resource_key(connection)] if connection else [])}
 
     @dg.asset(
         name=spec.name,
@@ -62,11 +61,11 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         f"{wm.kind} watermark '{wm.column}' into Delta table {target_path}.",
         partitions_def=partitions_for(spec),
         backfill_policy=dg.BackfillPolicy.single_run(),
+        automation_condition=automation_for(spec),
         check_specs=[*check_specs(spec), *landing_check_specs(spec)],
         kinds={"spark", "delta"},
         pool=pool_name(spec),
         retry_policy=retry_policy(connection) if connection else None,
-        required_resource_keys=resource_keys,
         metadata={
             "keys": ", ".join(spec.keys),
             "strategy": spec.strategy.kind,
@@ -74,13 +73,14 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
             "target": dg.MetadataValue.path(target_path),
         },
     )
-    def _load(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def _load(
+        context: dg.AssetExecutionContext,
+        spark: PySparkResource,
+        warehouse: DeltaWarehouse,
+        databases: DatabaseConnections,
+    ) -> dg.MaterializeResult:
         mark_worker(context)
-        spark: PySparkResource = context.resources.spark
-        warehouse: DeltaWarehouse = context.resources.warehouse
-        run_spec = (
-            getattr(context.resources, resource_key(connection)).bind(spec) if connection else spec
-        )
+        run_spec = databases.bind(spec)
         target = warehouse.target(project, spec)
         session = spark_session(spark)
         request = load_request(context)
@@ -113,8 +113,11 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
             f"inserted {result.rows_inserted}, updated {result.rows_updated}, watermark "
             f"{format_value(result.cursor_before)} -> {format_value(result.cursor_after)}"
         )
-        rows = row_count(target.open()) if target.exists() else None
-        metadata = {**load_metadata(result, rows, target_path), **landing_metadata(result)}
+        metadata = {
+            **load_metadata(result, target_path),
+            **table_metadata(target.open() if target.exists() else None, column_roles(spec)),
+            **landing_metadata(result),
+        }
         if unrecorded:
             metadata["recovered_commits"] = ", ".join(str(v) for v in unrecorded)
             context.log.warning(
@@ -131,6 +134,14 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         )
 
     return _load
+
+
+def column_roles(spec: TableSpec) -> dict[str, str]:
+    """What the spec makes of a column, for the catalog's column list."""
+    roles = {spec.watermark.column: f"watermark ({spec.watermark.kind})"}
+    for key in spec.keys:
+        roles[key] = "key"
+    return roles
 
 
 def _unrecorded_commits(context: dg.AssetExecutionContext, target: DeltaTarget) -> list[int]:

@@ -1,19 +1,20 @@
-"""Definitions from a project spec: assets, per-table jobs and schedules, the maintenance
-job and its schedule, resources."""
+"""Definitions from a project spec: assets with their checks and automation conditions, the
+automation sensor, landing sensors, the maintenance job and its schedule, resources."""
 
 from __future__ import annotations
 
 import dagster as dg
 
 from incremental_assets.defs.assets import table_asset
-from incremental_assets.defs.connections import connection_resources
+from incremental_assets.defs.connections import DatabaseConnections
 from incremental_assets.defs.landing import landing_sensor
 from incremental_assets.defs.maintenance import maintenance_job, maintenance_schedule
-from incremental_assets.defs.partitions import partitions_for
 from incremental_assets.defs.pools import pool_aware_executor
 from incremental_assets.defs.resources import DeltaWarehouse, spark_resource
 from incremental_assets.demo.invoice_assets import refined_layers
 from incremental_assets.specs import ProjectSpec
+
+AUTOMATION_SENSOR = "incremental_assets_automation"
 
 
 def build_definitions(
@@ -21,20 +22,24 @@ def build_definitions(
 ) -> dg.Definitions:
     assets = [table_asset(project, spec) for spec in project.tables]
     assets += refined_layers(project)  # silver and gold after landing tables that ask
-    jobs = [
-        dg.define_asset_job(
-            f"load_{spec.name}", selection=[spec.name], partitions_def=partitions_for(spec)
+    # Landing folders: a sensor per table requests a load when new files are ready.
+    sensors = [landing_sensor(project, spec) for spec in project.tables if spec.landing]
+    # One switch for the project's automation: tables load their latest partition when
+    # its day (or hour) ends, silver and gold follow their upstream (automation
+    # conditions on the assets, evaluated by this one sensor).
+    sensors.append(
+        dg.AutomationConditionSensorDefinition(
+            AUTOMATION_SENSOR,
+            target=dg.AssetSelection.all(),
+            default_status=dg.DefaultSensorStatus.RUNNING,
+            description="Evaluates every asset's automation condition: each table loads "
+            "its latest partition when the partition's day or hour has ended (UTC); "
+            "silver and gold follow their upstream. Stop it to pause the project's loads.",
         )
-        for spec in project.tables
-    ]
-    schedules = [dg.build_schedule_from_partitioned_job(job) for job in jobs]
-    # Landing folders: a sensor per table starts its load job when new files are ready.
-    sensors = [
-        landing_sensor(project, spec, job)
-        for spec, job in zip(project.tables, jobs, strict=True)
-        if spec.landing is not None
-    ]
+    )
+    jobs, schedules = [], []
     if project.tables:
+        # Maintenance is an op job over every table, not an asset: a schedule runs it.
         maintenance = maintenance_job(project)
         jobs.append(maintenance)
         schedules.append(maintenance_schedule(maintenance))
@@ -46,7 +51,7 @@ def build_definitions(
         resources={
             "spark": spark_resource(project.spark),
             "warehouse": DeltaWarehouse(options=dict(project.warehouse.storage_options)),
-            **connection_resources(project),
+            "databases": DatabaseConnections(),
             **(resources or {}),
         },
         # Spark parallelizes inside a step; one process per run keeps one Spark session.

@@ -167,6 +167,10 @@ def check_results(
             scd2.is_current,
             written_by=version,
         )
+    return as_results(outcomes)
+
+
+def as_results(outcomes: dict[str, checks.CheckOutcome]) -> list[dg.AssetCheckResult]:
     return [
         dg.AssetCheckResult(
             check_name=name,
@@ -176,6 +180,39 @@ def check_results(
         )
         for name, outcome in outcomes.items()
     ]
+
+
+def layer_check_specs(asset: str, keys: tuple[str, ...]) -> list[dg.AssetCheckSpec]:
+    """The key checks of a layer built from the tables (silver, gold, a user's own): the
+    same ``keys_unique`` and ``keys_not_null`` the tables have, blocking."""
+    named = ", ".join(keys)
+    return [
+        dg.AssetCheckSpec(
+            KEYS_UNIQUE,
+            asset=asset,
+            blocking=True,
+            description=f"No key ({named}) appears twice in the table.",
+        ),
+        dg.AssetCheckSpec(
+            KEYS_NOT_NULL,
+            asset=asset,
+            blocking=True,
+            description=f"No key column ({named}) is null (from the Delta log's null counts).",
+        ),
+    ]
+
+
+def layer_check_results(
+    spark, target: DeltaTarget, keys: tuple[str, ...], version: int | None
+) -> list[dg.AssetCheckResult]:
+    """``layer_check_specs``' results after a layer's commit ``version`` (None: nothing
+    written; then the whole table is checked)."""
+    return as_results(
+        {
+            KEYS_UNIQUE: checks.keys_unique(spark, target, keys, written_by=version),
+            KEYS_NOT_NULL: checks.keys_not_null(spark, target, keys),
+        }
+    )
 
 
 def _guarded(spec: TableSpec) -> bool:

@@ -1,37 +1,42 @@
-"""Database connections in the Dagster layer: one resource per connection holding its
-password (read with ``dg.EnvVar`` when a run starts, so the value is never part of run
-config, logs or metadata), the concurrency pool its tables share, and their retry policy.
-"""
+"""Database connections in the Dagster layer: the resource that may hold their passwords,
+the concurrency pool a connection's tables share, and their retry policy."""
 
 from __future__ import annotations
 
 import dagster as dg
 from pydantic import Field, SecretStr
 
-from incremental_assets.specs import ProjectSpec, TableSpec
+from incremental_assets.specs import TableSpec
 from incremental_assets.specs.models import ConnectionSpec
 
 
-class JdbcConnection(dg.ConfigurableResource):
-    """The secret of one database connection (the rest is in tables.yaml).
+class DatabaseConnections(dg.ConfigurableResource):
+    """Passwords of the project's database connections given in Python, by connection name.
+
+    A connection not named here reads its password from its ``password_env`` variable
+    when the run starts (the default: nothing to configure), so a missing variable fails
+    only the tables of that connection. Give a password here to take it from elsewhere (a
+    secret store, another variable): it is kept as a SecretStr and never written to run
+    config, logs, messages or metadata.
 
     Example:
         .. code-block:: python
 
-            JdbcConnection(password=dg.EnvVar("SHOP_DB_PASSWORD"))
+            DatabaseConnections(passwords={"shop": dg.EnvVar("SHOP_DB_PASSWORD")})
     """
 
-    password: str | None = Field(
-        default=None, description="The user's password; pass dg.EnvVar('NAME')."
+    passwords: dict[str, str] = Field(
+        default_factory=dict,
+        description="Connection name -> password; pass dg.EnvVar('NAME') values.",
     )
 
     def bind(self, spec: TableSpec) -> TableSpec:
-        """``spec`` with its connection's password filled in (kept as a SecretStr, which
-        prints as '**********')."""
-        connection = spec.source.connection
-        if self.password is None or not isinstance(connection, ConnectionSpec):
+        """``spec`` with its connection's password filled in when one is given here."""
+        connection = connection_of(spec)
+        if connection is None or connection.name not in self.passwords:
             return spec
-        connection = connection.model_copy(update={"password": SecretStr(self.password)})
+        password = SecretStr(self.passwords[connection.name])
+        connection = connection.model_copy(update={"password": password})
         source = spec.source.model_copy(update={"connection": connection})
         return spec.model_copy(update={"source": source})
 
@@ -39,10 +44,6 @@ class JdbcConnection(dg.ConfigurableResource):
 def connection_of(spec: TableSpec) -> ConnectionSpec | None:
     connection = spec.source.connection
     return connection if isinstance(connection, ConnectionSpec) else None
-
-
-def resource_key(connection: ConnectionSpec) -> str:
-    return f"jdbc_{connection.name}"
 
 
 def pool_name(connection: ConnectionSpec) -> str:
@@ -60,14 +61,3 @@ def retry_policy(connection: ConnectionSpec) -> dg.RetryPolicy:
         delay=connection.retry_delay.total_seconds(),
         backoff=dg.Backoff.EXPONENTIAL,
     )
-
-
-def connection_resources(project: ProjectSpec) -> dict[str, JdbcConnection]:
-    """``jdbc_<name>`` for every declared connection; only the tables on a connection
-    require its resource, so a missing variable fails those tables alone."""
-    return {
-        resource_key(connection): JdbcConnection(
-            password=dg.EnvVar(connection.password_env) if connection.password_env else None
-        )
-        for connection in project.connections.values()
-    }

@@ -1,7 +1,9 @@
 """Landing tables in Dagster: a sensor per landing folder, and the metadata and check that
-report the files a run loaded, left waiting or quarantined."""
+report the files a run loaded, left waiting or quarantined.
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here: Dagster reads the sensor's resource
+annotation.)
+"""
 
 import hashlib
 import json
@@ -9,6 +11,7 @@ import json
 import dagster as dg
 
 from incremental_assets.defs.partitions import partitions_for
+from incremental_assets.defs.resources import DeltaWarehouse
 from incremental_assets.engine.landing import FileIndex, LandingReport, list_files
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.specs import ProjectSpec, TableSpec
@@ -20,14 +23,13 @@ def sensor_name(spec: TableSpec) -> str:
     return f"{spec.name}_landing_files"
 
 
-def landing_sensor(
-    project: ProjectSpec, spec: TableSpec, job: dg.JobDefinition | dg.UnresolvedAssetJobDefinition
-) -> dg.SensorDefinition:
+def landing_sensor(project: ProjectSpec, spec: TableSpec) -> dg.SensorDefinition:
     """Requests a run of the table's latest partition when the folder holds ready files
     that the table's file index does not know yet.
 
     The cursor is a digest of those pending files: the same pending set is requested once
-    (a run that fails is retried when the set changes, or by the schedule). The run itself
+    (a run that fails is retried when the set changes, or by the table's automation when its
+    day ends). The run itself
     decides what to load from the bronze table's log, so a lagging index only costs a run
     that loads nothing.
     """
@@ -37,15 +39,13 @@ def landing_sensor(
 
     @dg.sensor(
         name=sensor_name(spec),
-        job=job,
+        asset_selection=[spec.name],
         minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        required_resource_keys={"warehouse"},
         description=f"Watches {spec.source.path} for new or changed {spec.source.format} "
         f"files (settled for {landing.settle}) and loads them into {spec.name}.",
     )
-    def _watch(context: dg.SensorEvaluationContext):
-        warehouse = context.resources.warehouse
+    def _watch(context: dg.SensorEvaluationContext, warehouse: DeltaWarehouse):
         listing = list_files(str(spec.source.path), landing, None, warehouse.storage_options())
         known = FileIndex(warehouse.target(project, spec)).known()
         pending = [f for f in listing.ready if f.identity not in known]

@@ -5,10 +5,12 @@ an observation of the table's asset); and a daily schedule, stopped until turned
 Each op runs in its table's concurrency pool, so it never overlaps a load of that table.
 Run one table alone by selecting its op (``maintain_<table>``) in the launchpad.
 
-(No ``from __future__ import annotations`` here: Dagster reads the config annotation.)
+(No ``from __future__ import annotations`` here: Dagster reads the config and resource
+annotations.)
 """
 
 import dagster as dg
+from dagster_pyspark import PySparkResource
 from pydantic import Field
 
 from incremental_assets.defs.assets import pool_name
@@ -50,12 +52,15 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
         name=f"maintain_{spec.name}",
         description=f"Compact and vacuum the Delta table of {spec.name} and its side tables.",
         pool=pool_name(spec),
-        required_resource_keys={"warehouse", "spark"},
         out=dg.Out(dg.Nothing),
     )
-    def _maintain(context: dg.OpExecutionContext, config: MaintenanceConfig) -> dg.Output:
+    def _maintain(
+        context: dg.OpExecutionContext,
+        config: MaintenanceConfig,
+        spark: PySparkResource,
+        warehouse: DeltaWarehouse,
+    ) -> dg.Output:
         mark_worker(context)
-        warehouse: DeltaWarehouse = context.resources.warehouse
         settings = MaintenanceSettings(
             compact=config.compact,
             zorder=tuple(spec.keys) if config.zorder_by_keys else (),
@@ -64,7 +69,7 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
         )
         try:
             results = maintain_table(
-                spark_session(context.resources.spark), warehouse.target(project, spec), settings
+                spark_session(spark), warehouse.target(project, spec), settings
             )
         except MaintenanceError as exc:
             raise dg.Failure(

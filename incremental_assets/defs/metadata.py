@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import dagster as dg
+from collections.abc import Iterable
 
+import dagster as dg
+from deltalake import DeltaTable
+
+from incremental_assets.engine.delta_lake.store import row_count
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.watermarks import format_value
 
@@ -19,7 +23,54 @@ _CHANGE_NAMES = {
 }
 
 
-def load_metadata(result: LoadResult, target_rows: int | None, target_path: str) -> dict:
+def column_schema(table: DeltaTable, roles: dict[str, str] | None = None) -> dg.TableSchema:
+    """The Delta table's columns as Dagster's ``dagster/column_schema`` (read from the log,
+    so the catalog shows what the table holds, after any schema evolution); ``roles``
+    describes columns by name (key, watermark)."""
+    roles = roles or {}
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                name=field.name,
+                type=delta_type(field.type),
+                description=roles.get(field.name),
+                constraints=dg.TableColumnConstraints(nullable=field.nullable),
+            )
+            for field in table.schema().fields
+        ]
+    )
+
+
+def delta_type(kind) -> str:
+    """A Delta Lake column type as Spark SQL spells it (``array<long>``, ``struct<a:int>``)."""
+    name = type(kind).__name__
+    if name == "PrimitiveType":
+        return kind.type
+    if name == "ArrayType":
+        return f"array<{delta_type(kind.element_type)}>"
+    if name == "MapType":
+        return f"map<{delta_type(kind.key_type)},{delta_type(kind.value_type)}>"
+    if name == "StructType":
+        return "struct<" + ",".join(_fields(kind.fields)) + ">"
+    return str(kind)
+
+
+def _fields(fields: Iterable) -> list[str]:
+    return [f"{field.name}:{delta_type(field.type)}" for field in fields]
+
+
+def table_metadata(table: DeltaTable | None, roles: dict[str, str] | None = None) -> dict:
+    """Dagster's standard table metadata: the columns and the row count (from the log's
+    file statistics: no scan)."""
+    if table is None:
+        return {}
+    return {
+        "dagster/column_schema": column_schema(table, roles),
+        "dagster/row_count": row_count(table),
+    }
+
+
+def load_metadata(result: LoadResult, target_path: str) -> dict:
     metadata: dict[str, object] = {
         "rows_extracted": result.rows_extracted,
         "rows_inserted": result.rows_inserted,
@@ -61,6 +112,4 @@ def load_metadata(result: LoadResult, target_rows: int | None, target_path: str)
         metadata.update(result.out_of_range.metadata())
     if result.new_columns:
         metadata["new_columns"] = ", ".join(result.new_columns)
-    if target_rows is not None:
-        metadata["dagster/row_count"] = target_rows
     return metadata

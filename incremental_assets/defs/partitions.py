@@ -27,6 +27,13 @@ def partitions_for(spec: TableSpec) -> dg.TimeWindowPartitionsDefinition:
     )
 
 
+def automation_for(spec: TableSpec) -> dg.AutomationCondition:
+    """A table loads its latest partition once that partition's hour or day has ended
+    (the cron tick at its end, UTC), as a schedule built from the partitions would."""
+    cron = "0 * * * *" if spec.partitioning.granularity == "hourly" else "0 0 * * *"
+    return dg.AutomationCondition.on_cron(cron, cron_timezone="UTC")
+
+
 def load_request(context: dg.AssetExecutionContext) -> LoadRequest:
     """The run's partition range as a load request. A backfill (a Dagster backfill, a run
     tagged ``incremental_assets/reload``, or any run over more than one partition)

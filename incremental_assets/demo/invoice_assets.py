@@ -2,15 +2,24 @@
 invoices``): each materializes by itself once its upstream has new data (Dagster
 automation).
 
-(No ``from __future__ import annotations`` here: Dagster reads the context annotation.)
+(No ``from __future__ import annotations`` here: Dagster reads the context and resource
+annotations.)
 """
 
 import dagster as dg
+from dagster_pyspark import PySparkResource
 
+from incremental_assets.defs.checks import layer_check_results, layer_check_specs
+from incremental_assets.defs.metadata import table_metadata
 from incremental_assets.defs.pools import mark_worker
 from incremental_assets.defs.resources import DeltaWarehouse, spark_session
-from incremental_assets.demo.invoices import gold_from_silver, silver_from_bronze
-from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
+from incremental_assets.demo.invoices import (
+    GOLD_KEYS,
+    SILVER_KEYS,
+    gold_from_silver,
+    silver_from_bronze,
+)
+from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.specs import ProjectSpec, TableSpec
 
 # Eager, but an unpartitioned layer after a partitioned bronze must not wait for every
@@ -40,18 +49,21 @@ def invoice_layers(project: ProjectSpec, spec: TableSpec) -> list[dg.AssetsDefin
         automation_condition=AUTOMATION,
         kinds={"spark", "delta"},
         pool=f"incremental_assets_{silver_name}",
-        required_resource_keys={"spark", "warehouse"},
+        check_specs=layer_check_specs(silver_name, SILVER_KEYS),
         description=f"One row per invoice line of {spec.name}, upserted by (InvoiceNumber, "
         "ItemCode), reading only the bronze versions committed since its last run.",
     )
-    def _silver(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def _silver(
+        context: dg.AssetExecutionContext, spark: PySparkResource, warehouse: DeltaWarehouse
+    ) -> dg.MaterializeResult:
         mark_worker(context)
-        warehouse: DeltaWarehouse = context.resources.warehouse
         silver = _target(project, warehouse, silver_name)
-        step = silver_from_bronze(
-            spark_session(context.resources.spark), warehouse.target(project, spec), silver
+        session = spark_session(spark)
+        step = silver_from_bronze(session, warehouse.target(project, spec), silver)
+        return dg.MaterializeResult(
+            metadata=_metadata(step, silver, "bronze", SILVER_KEYS),
+            check_results=layer_check_results(session, silver, SILVER_KEYS, step.version),
         )
-        return dg.MaterializeResult(metadata=_metadata(step, silver, "bronze"))
 
     @dg.asset(
         name=gold_name,
@@ -60,24 +72,29 @@ def invoice_layers(project: ProjectSpec, spec: TableSpec) -> list[dg.AssetsDefin
         automation_condition=AUTOMATION,
         kinds={"spark", "delta"},
         pool=f"incremental_assets_{gold_name}",
-        required_resource_keys={"spark", "warehouse"},
+        check_specs=layer_check_specs(gold_name, GOLD_KEYS),
         description=f"Daily sales per store and payment method from {silver_name}; a run "
         "recomputes only the days its new silver rows touch.",
     )
-    def _gold(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    def _gold(
+        context: dg.AssetExecutionContext, spark: PySparkResource, warehouse: DeltaWarehouse
+    ) -> dg.MaterializeResult:
         mark_worker(context)
-        warehouse: DeltaWarehouse = context.resources.warehouse
         gold = _target(project, warehouse, gold_name)
         silver = _target(project, warehouse, silver_name)
-        step = gold_from_silver(spark_session(context.resources.spark), silver, gold)
-        metadata = _metadata(step, gold, "silver")
+        session = spark_session(spark)
+        step = gold_from_silver(session, silver, gold)
+        metadata = _metadata(step, gold, "silver", GOLD_KEYS)
         metadata["days_recomputed"] = ", ".join(d.isoformat() for d in step.days) or "-"
-        return dg.MaterializeResult(metadata=metadata)
+        return dg.MaterializeResult(
+            metadata=metadata,
+            check_results=layer_check_results(session, gold, GOLD_KEYS, step.version),
+        )
 
     return [_silver, _gold]
 
 
-def _metadata(step, target: DeltaTarget, upstream: str) -> dict:
+def _metadata(step, target: DeltaTarget, upstream: str, keys: tuple[str, ...]) -> dict:
     return {
         f"{upstream}_version_from": step.upstream_from,
         f"{upstream}_version_to": step.upstream_to if step.upstream_to is not None else -1,
@@ -86,7 +103,7 @@ def _metadata(step, target: DeltaTarget, upstream: str) -> dict:
         "rows_deleted": step.rows_deleted,
         "committed": step.version is not None,
         "delta_version": step.version if step.version is not None else -1,
-        "dagster/row_count": row_count(target.open()) if target.exists() else 0,
+        **table_metadata(target.open() if target.exists() else None, dict.fromkeys(keys, "key")),
     }
 
 

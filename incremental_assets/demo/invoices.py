@@ -47,6 +47,7 @@ from incremental_assets.specs.landing import FILE_ROW, FILE_VERSION, INGESTED_AT
 
 SILVER_KEYS = ("InvoiceNumber", "ItemCode")
 INVOICE_DATE = "invoice_date"
+GOLD_KEYS = (INVOICE_DATE, "StoreID", "PaymentMethod")
 # The key of silver's commit record that lists the days the commit touched.
 TOUCHED_KEY = "touched_days"
 # Operations that rewrite or remove files without changing a row (or change no file).
@@ -236,7 +237,7 @@ def _stale_days(spark: SparkSession, silver: DeltaTarget, files: dict[str, str])
 
 def daily_sales(silver: DataFrame) -> DataFrame:
     """Sales per day, store and payment method."""
-    return silver.groupBy(INVOICE_DATE, "StoreID", "PaymentMethod").agg(
+    return silver.groupBy(*GOLD_KEYS).agg(
         F.countDistinct("InvoiceNumber").alias("invoices"),
         F.sum("ItemQty").cast("long").alias("items"),
         F.sum("TotalValue").alias("sales"),

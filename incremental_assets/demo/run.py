@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from string import Template
 
@@ -35,7 +36,8 @@ from incremental_assets.demo.shop_database import (
     jdbc_jar,
     shop_database,
 )
-from incremental_assets.demo.simulator import INVOICE_DDL, SourceSimulator, day
+from incremental_assets.demo.simulator import INVOICE_DDL, SourceSimulator
+from incremental_assets.demo.simulator import day as simulator_day
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
@@ -148,7 +150,7 @@ def invoices_spec(simulator: SourceSimulator) -> TableSpec:
                 "landing": {"settle": "30s", "refine": "invoices"},
             },
             "strategy": "append",
-            "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+            "partitioning": {"granularity": "daily", "start": "today-4d"},
         }
     )
 
@@ -177,6 +179,21 @@ def _run(
     ]
     resources = defs.resources
     started = time.perf_counter()
+    # The demo's days are the partitions' first days (tables.yaml: today-4d, so they end
+    # yesterday and the UI shows them filled).
+    first_day = project.tables[0].partitioning.start
+
+    def day(n: int) -> datetime:
+        return simulator_day(n, first_day)
+
+    complete = (datetime.now(UTC) - first_day).days
+    if rounds > complete:
+        print(
+            f"--rounds {rounds} asks for more days than the partitions hold: they start "
+            f"{first_day:%Y-%m-%d} (tables.yaml's partitioning.start), so {complete} days have "
+            "ended. Lower --rounds, or move start back (e.g. today-7d)."
+        )
+        return 2
 
     with dg.DagsterInstance.get() as instance:
         for n in range(1, rounds + 1):

@@ -362,11 +362,31 @@ class WatermarkSpec(_Spec):
         return self.kind in ("timestamp", "hybrid")
 
 
+_RELATIVE_DAY = re.compile(r"today(?:\s*-\s*(\d+)\s*d)?", re.IGNORECASE)
+
+
+def relative_day(text: str, now: datetime | None = None) -> datetime:
+    """``today`` or ``today-Nd``: midnight UTC of today, or of N days before."""
+    match = _RELATIVE_DAY.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a date: write a date (2026-01-01), 'today' or 'today-Nd' "
+            "(e.g. today-4d)"
+        )
+    now = now or datetime.now(timezone.utc)
+    midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight - timedelta(days=int(match.group(1) or 0))
+
+
 class PartitioningSpec(_Spec):
     """Time partitions: each partition is a window of ``column``."""
 
     granularity: Literal["daily", "hourly"]
-    start: datetime = Field(description="First partition start (UTC), e.g. 2026-01-01.")
+    start: datetime = Field(
+        description="First partition start (UTC), e.g. 2026-01-01; or 'today-Nd', midnight "
+        "UTC N days before the definitions load (for a demo or a sandbox: the partitions "
+        "then move with the calendar)."
+    )
     column: ColumnName | None = Field(
         default=None,
         description="Event-time column the partitions cut; defaults to the watermark column "
@@ -382,6 +402,8 @@ class PartitioningSpec(_Spec):
     @field_validator("start", mode="before")
     @classmethod
     def _date_is_midnight(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip()[:1].isdigit():
+            return relative_day(value)  # today, today-Nd, or a message saying so
         if isinstance(value, date) and not isinstance(value, datetime):
             return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
         return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -48,6 +49,13 @@ def test_materialization_reports_counts_watermarks_version_and_phase_times(proje
     assert meta["watermark_after"] == "2026-01-02T02:00:00Z"
     assert meta["delta_version"] == DeltaTable(project.target.path).version() == 1
     assert meta["dagster/row_count"] == 3
+    # The catalog's columns: the target's, read from its Delta log, with the spec's roles.
+    columns = {c.name: c for c in meta["dagster/column_schema"].columns}
+    delta_fields = {f.name: f for f in DeltaTable(project.target.path).schema().fields}
+    assert list(columns) == list(delta_fields)
+    assert (columns["order_id"].type, columns["order_id"].description) == ("long", "key")
+    assert columns["updated_at"].description == "watermark (timestamp)"
+    assert columns["updated_at"].type == delta_fields["updated_at"].type.type
     assert meta["mode"] == "incremental"
     for phase in ("probe", "extract", "commit", "total"):
         assert meta[f"seconds_{phase}"] >= 0
@@ -145,7 +153,7 @@ def test_watermark_check_fails_when_log_shows_cursor_moving_backwards(project, i
     assert not check.passed
 
 
-def test_each_table_gets_daily_or_hourly_partitions_a_job_and_a_schedule(tmp_path):
+def test_each_table_gets_daily_or_hourly_partitions_and_an_automation_condition(tmp_path):
     hourly = ORDERS_YAML.replace("granularity: daily", "granularity: hourly").replace(
         "start: 2026-01-01", "start: 2026-01-01 06:00"
     )
@@ -156,9 +164,11 @@ def test_each_table_gets_daily_or_hourly_partitions_a_job_and_a_schedule(tmp_pat
     partitions = asset.partitions_def
     assert isinstance(partitions, dg.HourlyPartitionsDefinition)
     assert partitions.get_first_partition_key() == "2026-01-01-06:00"
-    assert defs.resolve_job_def("load_orders").partitions_def == partitions
-    schedule = defs.resolve_schedule_def("load_orders_schedule")
-    assert schedule.cron_schedule.endswith("* * *")
+    assert "on_cron(0 * * * *, UTC)" in str(asset.automation_conditions_by_key[asset.key])
+    # One automation style: no per-table schedule; one sensor evaluates every condition.
+    assert [s.name for s in defs.schedules] == ["maintain_tables_schedule"]
+    automation = defs.resolve_sensor_def("incremental_assets_automation")
+    assert isinstance(automation, dg.AutomationConditionSensorDefinition)
     assert {c.name for c in asset.check_specs} == {
         "keys_unique",
         "keys_not_null",
@@ -257,3 +267,27 @@ def test_freshness_check_compares_the_watermark_lag_with_max_lag(
     )
     assert check.passed is passed
     assert result.success  # not blocking: a stale source is reported, the load still lands
+
+
+def test_a_table_loads_its_latest_day_once_the_day_has_ended(tmp_path, instance):
+    (tmp_path / "tables.yaml").write_text(ORDERS_YAML)
+    defs = build_definitions(load_project(tmp_path / "tables.yaml"))
+
+    def requested(when: datetime, cursor):
+        result = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, evaluation_time=when, cursor=cursor
+        )
+        partitions = {
+            (r.key.to_user_string(), key)
+            for r in result.results
+            for key in r.true_subset.expensively_compute_partition_keys()
+        }
+        return partitions, result.cursor
+
+    first, cursor = requested(datetime(2026, 1, 3, 12, tzinfo=UTC), None)
+    at_midnight, cursor = requested(datetime(2026, 1, 4, 0, 5, tzinfo=UTC), cursor)
+    later, cursor = requested(datetime(2026, 1, 4, 0, 10, tzinfo=UTC), cursor)
+
+    assert first == set()  # no day has ended since the sensor started
+    assert at_midnight == {("orders", "2026-01-03")}  # the day that just ended
+    assert later == set()  # requested once per tick

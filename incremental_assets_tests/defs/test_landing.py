@@ -175,5 +175,19 @@ def test_silver_and_gold_materialize_by_themselves_after_bronze(tmp_path, instan
     assert silver["rows_written"].value == 4
     gold = result.asset_materializations_for_node("invoices_gold")[-1].metadata
     assert gold["days_recomputed"].value == "2026-01-01"
+    # Both layers carry the standard table metadata and the tables' key checks.
+    assert silver["dagster/row_count"].value == 4
+    columns = {c.name: c.description for c in silver["dagster/column_schema"].value.columns}
+    assert columns["InvoiceNumber"] == columns["ItemCode"] == "key"
+    assert gold["dagster/row_count"].value >= 1
+    evaluations = {
+        (e.asset_key.to_user_string(), e.check_name): e.passed
+        for e in result.get_asset_check_evaluations()
+    }
+    assert evaluations == {
+        (layer, check): True
+        for layer in ("invoices_silver", "invoices_gold")
+        for check in ("keys_unique", "keys_not_null")
+    }
     names, cursor = requested(cursor)
     assert names == set()

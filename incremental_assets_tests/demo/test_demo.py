@@ -9,6 +9,8 @@ import shutil
 import pytest
 
 from incremental_assets.demo import run
+from incremental_assets.specs import load_project
+from incremental_assets.specs.models import relative_day
 from incremental_assets_tests.builders import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
@@ -28,6 +30,11 @@ def test_demo_rounds_end_equal_to_a_full_reload(tmp_path, monkeypatch, capsys, s
     verdicts = {line.split()[0]: line for line in out.splitlines() if "a full reload (" in line}
     assert set(verdicts) == {"orders", "events", "customers", "customers_history", "products"}
     assert all(" equal to a full reload" in line for line in verdicts.values()), verdicts
-    assert "Round 2" in out and "Backfill of partitions 2026-01-01...2026-01-02" in out
+    # The demo's days are the last ones up to yesterday: the partitions start on the first.
+    first, second = relative_day("today-4d"), relative_day("today-3d")
+    assert "Round 2" in out
+    assert f"Backfill of partitions {first:%Y-%m-%d}...{second:%Y-%m-%d}" in out
+    project = load_project(tmp_path / "tables.yaml")
+    assert {t.partitioning.start for t in project.tables} == {first}
     assert (tmp_path / "data" / "warehouse" / "orders" / "_delta_log").is_dir()
-    assert os.listdir(tmp_path / ".dagster" / "storage")
+    assert os.listdir(tmp_path / "storage")  # the instance lives under DAGSTER_HOME

@@ -19,7 +19,7 @@ from incremental_assets.demo.shop_database import (
     shop_database,
 )
 from incremental_assets.specs import load_project
-from incremental_assets.specs.models import ConnectionSpec
+from incremental_assets.specs.models import ConnectionSpec, relative_day
 from incremental_assets_tests.builders import PROJECT_ROOT
 from incremental_assets_tests.postgres import JDBC_JAR, skip_or_fail_on_ci
 
@@ -53,7 +53,8 @@ def test_postgres_demo_loads_orders_over_jdbc_and_ends_equal_to_a_full_reload(
     assert "Orders live in PostgreSQL table incremental_assets_demo.orders" in out
     # The window's bounds reached the database: it filtered the rows, not Spark.
     assert "reads of the orders window, filtered by the database itself" in out
-    assert '"updated_at" > \'2026-01-01 21:59:53' in out  # round 2: cursor - 2h lookback
+    first_day = relative_day("today-4d")  # the demo's first day (tables_postgres.yaml)
+    assert f'"updated_at" > \'{first_day:%Y-%m-%d} 21:59:53' in out  # round 2: cursor - 2h
     project = load_project(demo_root / "data" / "tables_postgres.yaml")
     orders = project.table("orders")
     assert orders.source.format == "jdbc"

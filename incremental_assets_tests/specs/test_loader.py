@@ -77,6 +77,18 @@ def test_valid_file_loads_with_parsed_watermarks_and_partitioning(tmp_path):
     assert events.source.timezone == "Europe/Berlin"
 
 
+def test_a_start_relative_to_today_is_midnight_utc_n_days_before(tmp_path):
+    relative = ORDERS.replace("start: 2026-01-01", "start: today-4d")
+    orders = load_project(write(tmp_path, project(relative))).table("orders")
+
+    midnight = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    assert orders.partitioning.start == midnight - timedelta(days=4)
+    for bad in ("today+1d", "yesterday", "today-4h"):
+        err = spec_error(tmp_path / bad, project(ORDERS.replace("2026-01-01", bad)))
+        message = problem(err, "orders", "partitioning.start")
+        assert "'today' or 'today-Nd'" in message, message
+
+
 def test_relative_paths_resolve_against_the_yaml_folder_not_the_cwd(tmp_path, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

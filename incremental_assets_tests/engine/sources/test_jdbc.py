@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.defs import assets as assets_module
 from incremental_assets.defs.build import build_definitions
+from incremental_assets.defs.connections import DatabaseConnections
 from incremental_assets.engine import (
     DeltaTarget,
     IncrementalLoadError,
@@ -555,12 +556,14 @@ class DagsterShop:
             self.project, self.project.table("orders")
         )
 
-    def materialize(self, instance, names=("orders",), partition="2026-01-01", **kwargs):
+    def materialize(
+        self, instance, names=("orders",), partition="2026-01-01", resources=None, **kwargs
+    ):
         return dg.materialize(
             [self.defs.get_assets_def(n) for n in names],
             partition_key=partition,
             instance=instance,
-            resources=self.defs.resources,
+            resources={**self.defs.resources, **(resources or {})},
             **kwargs,
         )
 
@@ -590,7 +593,7 @@ def test_tables_of_one_database_share_its_pool_retry_policy_and_password_resourc
     assert result.success
     assert orders.op.pool == customers.op.pool == "jdbc_shop"
     assert orders.op.retry_policy.max_retries == 3
-    assert "jdbc_shop" in orders.required_resource_keys
+    assert {"spark", "warehouse", "databases"} <= orders.required_resource_keys
     assert {e.asset_key.path[-1] for e in result.get_asset_materialization_events()} == {
         "orders", "customers",
     }  # fmt: skip
@@ -645,3 +648,20 @@ def test_dagster_wrong_password_fails_without_retry_and_without_the_secret(
     assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     logs = str(instance.all_logs(result.run_id))
     assert "wrong-Password-777" not in logs and PASSWORD not in logs
+
+
+def test_a_password_given_to_the_databases_resource_replaces_password_env(
+    dagster_shop, instance, monkeypatch
+):
+    monkeypatch.delenv("IA_TEST_SHOP_PASSWORD")  # password_env is not set...
+    monkeypatch.setenv("IA_TEST_VAULT_PASSWORD", PASSWORD)  # ...the resource's variable is
+    dagster_shop.shop.upsert([(1, "placed", 1.0, at(1, 1))])
+    databases = DatabaseConnections(passwords={"shop": dg.EnvVar("IA_TEST_VAULT_PASSWORD")})
+
+    result = dagster_shop.materialize(instance, resources={"databases": databases})
+
+    assert result.success
+    assert target_rows(dagster_shop.target) == dagster_shop.shop.rows()
+    assert PASSWORD not in str(instance.all_logs(result.run_id))
+    run = instance.get_run_by_id(result.run_id)
+    assert PASSWORD not in str(run.run_config) and PASSWORD not in str(run.tags)
