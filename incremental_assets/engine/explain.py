@@ -118,7 +118,14 @@ def explain(
         "source": source.describe(),
     }
     if window.is_empty:
-        return Plan(**base, predicate="(none: the window is empty)", rows=0, target_files=[])
+        # Nothing to read and nothing to merge: no target file is touched.
+        return Plan(
+            **base,
+            predicate="(none: the window is empty)",
+            rows=0,
+            target_files=None,
+            note="none: the window is empty, so the run reads nothing and writes nothing",
+        )
     rows, key_range = _rows_and_key_range(spec, probed)
     files = (getattr(source, "files_read", None), getattr(source, "files_total", None))
     touched, total, size, note = _target_files(spec, probed, key_range if rows else None)

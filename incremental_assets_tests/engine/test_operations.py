@@ -212,6 +212,11 @@ def test_explain_plans_the_run_without_writing(spark, orders_source, target):
     assert plan.rows == result.rows_extracted == 100
     rewritten = live - set(DeltaTable(target.path).file_uris())
     assert rewritten and rewritten <= touched
+    # Loaded up to the source's high-water mark, without a lookback: the window is empty,
+    # and the plan says no file is touched (it printed "0 of None" before).
+    empty = explain(spark, make_spec(orders_source.path), target, day_request(2))
+    assert (empty.rows, empty.target_files, empty.target_files_total) == (0, None, None)
+    assert "the window is empty" in empty.note
 
 
 @pytest.fixture
