@@ -125,11 +125,16 @@ def _parser() -> argparse.ArgumentParser:
     reconcile = commands.add_parser(
         "reconcile",
         help="compare source and target row counts per partition and list the partitions "
-        "that differ (exit status 1 when any do); --backfill re-loads just those",
+        "that differ (exit status 1 when a backfill could repair one); --backfill re-loads "
+        "just those",
         description="For each partition in FIRST..LAST, count the rows the target should hold "
         "(the source's newest version of each key up to the watermark, without quarantined "
         "rows) and the rows it holds, by the partition column: one Spark aggregation per "
-        "side. Exit status 1 when a partition differs, 0 when none does.",
+        "side. For an upsert or append table, target rows whose key the source no longer "
+        "holds (deleted there) are counted apart: no backfill removes them, so they are "
+        "reported with the strategy that would capture them and do not fail the command "
+        "unless --strict is given. Exit status 1 when a partition differs in a way a "
+        "backfill repairs (or, with --strict, in any way), 0 otherwise.",
     )
     reconcile.add_argument("table")
     reconcile.add_argument(
@@ -140,10 +145,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     reconcile.add_argument("--json", action="store_true", help="print JSON instead of a table")
     reconcile.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 on any difference, also rows gone from the source that no backfill removes",
+    )
+    reconcile.add_argument(
         "--backfill",
         action="store_true",
-        help="then materialize the differing partitions through Dagster, in this process, on "
-        "the instance in DAGSTER_HOME (no daemon needed): one run per run of adjacent "
+        help="then materialize the partitions a backfill repairs through Dagster, in this "
+        "process, on the instance in DAGSTER_HOME (no daemon needed): one run per run of adjacent "
         "partitions, each tagged as a backfill so it re-reads whole partition windows; then "
         "reconcile again (the exit status reflects the result)",
     )
@@ -206,12 +216,14 @@ def _reconcile(args: argparse.Namespace) -> int:
     target = _target(project, spec)
     spark = _spark(project, "incremental-assets-reconcile")
     report = reconcile(spark, spec, target, start, end)
-    if not (args.backfill and report.differing):
+    if not (args.backfill and report.repairable):
         _print_reconciliation(report, args.json)
-        return 1 if report.differing else 0
+        if args.backfill and not args.json:
+            print("no partition a backfill can repair: nothing re-loaded")
+        return _reconcile_status(report, args.strict)
     if not args.json:
         _print_reconciliation(report, False)
-    runs = _backfill(project, spec, [p.partition for p in report.differing], keys)
+    runs = _backfill(project, spec, [p.partition for p in report.repairable], keys)
     after = reconcile(spark, spec, target, start, end)
     if args.json:
         # One document: the reconciliation after the backfill, the one before and the runs.
@@ -227,7 +239,12 @@ def _reconcile(args: argparse.Namespace) -> int:
             print(f"backfill {span}: run {run_id} {'succeeded' if ok else 'FAILED'}")
         print("after the backfill:")
         _print_reconciliation(after, False)
-    return 1 if after.differing or not all(ok for *_, ok in runs) else 0
+    return max(_reconcile_status(after, args.strict), 0 if all(ok for *_, ok in runs) else 1)
+
+
+def _reconcile_status(report, strict: bool) -> int:
+    """1 when a backfill would repair a partition, or with ``strict`` any difference."""
+    return 1 if report.repairable or (strict and report.differing) else 0
 
 
 def _print_reconciliation(report, as_json: bool) -> None:
@@ -239,18 +256,31 @@ def _print_reconciliation(report, as_json: bool) -> None:
         f"{report.table}: partitions {first}...{last} by {report.column} "
         f"(source rows up to the watermark {report.cursor})"
     )
+    gone = bool(report.unrepairable)
     header = ("partition", "source rows", "target rows", "difference")
-    rows = [
-        (p.partition, p.source_rows, p.target_rows, f"{p.difference:+d}" if p.difference else "0")
-        for p in report.partitions
-    ]
+    header += ("gone from source",) if gone else ()
+    rows = []
+    for p in report.partitions:
+        row = (p.partition, p.source_rows, p.target_rows, _signed(p.difference))
+        rows.append(row + ((p.gone_from_source,) if gone else ()))
     print(_aligned([header, *rows]))
-    differing = [p.partition for p in report.differing]
-    if differing:
-        plural = "s differ" if len(differing) != 1 else " differs"
-        print(f"{len(differing)} partition{plural}: {', '.join(differing)}")
-    else:
+    repairable = [p.partition for p in report.repairable]
+    if repairable:
+        plural = "s differ (a backfill repairs them)"
+        if len(repairable) == 1:
+            plural = " differs (a backfill repairs it)"
+        print(f"{len(repairable)} partition{plural}: {', '.join(repairable)}")
+    elif not report.differing:
         print("no partition differs")
+    else:
+        print("no partition differs in a way a backfill repairs")
+    note = report.unrepairable_note()
+    if note:
+        print(f"not repairable: {note} (not an error; --strict makes it one)")
+
+
+def _signed(number: int) -> str:
+    return f"{number:+d}" if number else "0"
 
 
 def _partition_range(spec, first: str, last: str | None):

@@ -12,8 +12,11 @@ what it does hold, each in one grouped Spark aggregation over the whole range:
   statistics first).
 
 A partition whose counts differ holds rows the target lacks (late rows that arrived after
-their window was loaded, beyond the lookback) or rows the source no longer has; a backfill
-of that partition re-reads its whole window.
+their window was loaded, beyond the lookback) or rows the source no longer has. A backfill
+of that partition re-reads its whole window, which repairs the first kind. The second kind
+it cannot repair when the strategy never sees a delete (``upsert``, ``append``): those
+target rows whose key the source no longer holds at all are counted apart
+(``gone_from_source``), and the report names the strategies that would capture them.
 
 Snapshot tables (no past states), history tables (versions, not rows) and landing folders
 (loaded by file) are refused: their partitions are not windows of source rows.
@@ -56,11 +59,20 @@ class PartitionCount:
     partition: str
     source_rows: int
     target_rows: int
+    # Target rows whose key the source no longer holds, for a strategy that cannot see
+    # deletes: no backfill removes them.
+    gone_from_source: int = 0
 
     @property
     def difference(self) -> int:
         """Source rows minus target rows (positive: the target lacks rows)."""
         return self.source_rows - self.target_rows
+
+    @property
+    def repairable(self) -> int:
+        """The difference a backfill of the partition would repair: all of it, less the
+        rows gone from the source."""
+        return self.difference + self.gone_from_source
 
 
 @dataclass(frozen=True)
@@ -70,9 +82,35 @@ class Reconciliation:
     cursor: str
     partitions: list[PartitionCount] = field(default_factory=list)
 
+    strategy: str = ""
+
     @property
     def differing(self) -> list[PartitionCount]:
         return [p for p in self.partitions if p.difference]
+
+    @property
+    def repairable(self) -> list[PartitionCount]:
+        """Partitions a backfill would change."""
+        return [p for p in self.partitions if p.repairable]
+
+    @property
+    def unrepairable(self) -> list[PartitionCount]:
+        """Partitions holding rows gone from the source, which no backfill removes."""
+        return [p for p in self.partitions if p.gone_from_source]
+
+    def unrepairable_note(self) -> str | None:
+        """What the rows gone from the source are, and what would capture them."""
+        gone = self.unrepairable
+        if not gone:
+            return None
+        rows = sum(p.gone_from_source for p in gone)
+        listed = ", ".join(p.partition for p in gone)
+        return (
+            f"{rows} target rows in {len(gone)} partitions ({listed}) "
+            f"have keys the source no longer holds (deleted there). A {self.strategy} table "
+            "never sees a delete, so no backfill removes them; strategy cdc (a change feed "
+            "with deletes) or snapshot (a diff of the whole source) would capture them."
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,10 +123,15 @@ class Reconciliation:
                     "source_rows": p.source_rows,
                     "target_rows": p.target_rows,
                     "difference": p.difference,
+                    "gone_from_source": p.gone_from_source,
+                    "repairable": p.repairable,
                 }
                 for p in self.partitions
             ],
             "differing": [p.partition for p in self.differing],
+            "repairable": [p.partition for p in self.repairable],
+            "unrepairable": [p.partition for p in self.unrepairable],
+            "unrepairable_note": self.unrepairable_note(),
         }
 
 
@@ -115,16 +158,31 @@ def reconcile(
     in_range = (Range(spec.partition_column, start, True, end, False),)
     source = _source_rows(spark, spec, state.cursor, start, source_storage)
     source_counts = _counts(source.filter(predicates.to_filter([in_range])), spec)
-    target_counts = _counts(_target_rows(spark, target, in_range), spec) if state.exists else {}
+    target_counts, gone = {}, {}
+    if state.exists:
+        held = _target_rows(spark, target, in_range)
+        target_counts = _counts(held, spec)
+        if not sees_deletes(spec):
+            keys = _source_keys(spark, spec, state.cursor, source_storage)
+            gone = _counts(held.join(keys, list(spec.keys), "left_anti"), spec)
     return Reconciliation(
         table=spec.name,
         column=spec.partition_column,
         cursor=format_value(state.cursor) if state.cursor is not None else "-",
         partitions=[
-            PartitionCount(label, source_counts.get(label, 0), target_counts.get(label, 0))
+            PartitionCount(
+                label, source_counts.get(label, 0), target_counts.get(label, 0), gone.get(label, 0)
+            )
             for label in labels
         ],
+        strategy=spec.strategy.kind,
     )
+
+
+def sees_deletes(spec: TableSpec) -> bool:
+    """Whether the table's runs can remove a row the source deleted (a CDC feed carries
+    the delete; an upsert or append reads only rows that exist)."""
+    return isinstance(spec.strategy, CdcStrategy)
 
 
 def refuse_unless_windows(spec: TableSpec) -> None:
@@ -202,6 +260,25 @@ def _source_rows(
     if isinstance(strategy, CdcStrategy) and strategy.deletes == "hard":
         newest = newest.filter(F.col(OP) != "D")
     return newest
+
+
+def _source_keys(
+    spark: SparkSession, spec: TableSpec, cursor: object, source_storage: Mapping[str, str] | None
+) -> DataFrame:
+    """Every key the source holds up to the cursor, whatever its rows' partitions (one
+    pass over the key and watermark columns)."""
+    source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
+    wm = spec.watermark
+    parts = [(Range(wm.column, None, False, cursor, True, wm.tiebreak),)] if cursor else [()]
+    types = {f.name: f.dataType for f in source.schema.fields}
+    zone = spec.source.timezone
+    rows = (
+        source.read(predicates.to_source_ranges(parts, types, zone))
+        .filter(predicates.to_source_filter(parts, types, zone))
+        .transform(prepared_rows(spec))
+        .filter(predicates.to_filter(parts))
+    )
+    return rows.select(*[F.col(transforms.quote(k)) for k in spec.keys]).distinct()
 
 
 def _target_rows(spark: SparkSession, target: DeltaTarget, in_range: tuple[Range]) -> DataFrame:

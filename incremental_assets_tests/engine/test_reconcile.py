@@ -7,6 +7,7 @@ import json
 
 import dagster as dg
 import pytest
+from deltalake import DeltaTable
 
 from incremental_assets import cli
 from incremental_assets.engine import DeltaTarget, IncrementalLoadError
@@ -66,7 +67,7 @@ def test_reconcile_finds_the_partition_with_late_rows_and_a_backfill_repairs_it(
     lines = text.splitlines()
     assert lines[1].split() == ["partition", "source", "rows", "target", "rows", "difference"]
     assert lines[2].split() == ["2026-01-01", "10", "9", "+1"]
-    assert lines[-1] == "1 partition differs: 2026-01-01"
+    assert lines[-1] == "1 partition differs (a backfill repairs it): 2026-01-01"
     assert as_json["differing"] == ["2026-01-01"]
     assert as_json["partitions"][0]["difference"] == 1
     # The backfill ran just the differing partition, and the table now reconciles.
@@ -86,6 +87,57 @@ def test_reconcile_finds_the_partition_with_late_rows_and_a_backfill_repairs_it(
         "2026-01-02",
     ]
     assert all(r.tags["incremental_assets/reload"] == "true" for r in runs)
+
+
+def test_rows_deleted_in_the_source_of_an_upsert_are_reported_as_unrepairable(
+    spark, tmp_path, monkeypatch, capsys
+):
+    project = Project(tmp_path)
+    spec, source, target = project.spec.tables[0], project.source, project.target
+    source.upsert([(i, "placed", 1.0, at(1, i)) for i in range(1, 11)])
+    load(spark, spec, target, 1)
+    source.upsert([(i, "placed", 1.0, at(2, i)) for i in range(11, 21)])
+    load(spark, spec, target, 2)
+    DeltaTable(source.path).delete("order_id IN (3, 4, 12)")  # gone: an upsert never sees it
+    monkeypatch.setattr(
+        "incremental_assets.engine.spark_session.local_session", lambda *a, **k: spark
+    )
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    (tmp_path / "dagster_home").mkdir()
+
+    def run(*args: str) -> tuple[int, str]:
+        code = cli.main(["reconcile", "orders", "--from", "2026-01-01", "--to", "2026-01-02",
+                         *args, "--tables", str(tmp_path / "tables.yaml")])  # fmt: skip
+        return code, capsys.readouterr().out
+
+    report = reconcile(spark, spec, target, at(1), at(3))
+    code, text = run()
+    strict, _ = run("--strict")
+    backfill, backfill_text = run("--backfill")
+
+    counts = [(p.partition, p.difference, p.gone_from_source) for p in report.partitions]
+    assert counts == [("2026-01-01", -2, 2), ("2026-01-02", -1, 1)]
+    assert report.repairable == [] and len(report.differing) == 2
+    assert code == 0 and strict == 1  # differences no backfill repairs fail only --strict
+    assert "no partition differs in a way a backfill repairs" in text
+    assert "3 target rows in 2 partitions (2026-01-01, 2026-01-02)" in text
+    assert "strategy cdc" in text and "snapshot" in text
+    assert (
+        backfill == 0 and "no partition a backfill can repair: nothing re-loaded" in backfill_text
+    )
+    assert dg.DagsterInstance.get().get_runs() == []  # nothing re-loaded
+
+    # A late row in a partition that also lost rows: the backfill repairs what it can.
+    source.upsert([(99, "placed", 9.0, at(1, 12))])
+    code, text = run("--backfill")
+    late = reconcile(spark, spec, target, at(1), at(3))
+
+    assert code == 0, text
+    assert "backfill 2026-01-01: run " in text and "succeeded" in text
+    assert [(p.difference, p.gone_from_source, p.repairable) for p in late.partitions] == [
+        (-2, 2, 0),
+        (-1, 1, 0),
+    ]
 
 
 def test_reconcile_counts_the_newest_change_per_key_of_a_cdc_feed_by_hour(spark, tmp_path):
