@@ -45,7 +45,7 @@ from pathlib import Path
 from dagster_deltalake import S3Config
 from deltalake import DeltaTable
 
-from incremental_assets.defs.resources import DeltaWarehouse
+from incremental_assets.dagster_layer.resources import DeltaWarehouse
 from incremental_assets.demo.invoices import (
     comparable_gold,
     gold_from_silver,

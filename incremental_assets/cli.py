@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
 def _free_slots(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    from incremental_assets.defs.pools import WORKER_TAG, free, worker_alive
+    from incremental_assets.dagster_layer.pools import WORKER_TAG, free, worker_alive
 
     _instance_home("free-slots")
     with dg.DagsterInstance.get() as instance:
@@ -285,7 +285,7 @@ def _signed(number: int) -> str:
 
 def _partition_range(spec, first: str, last: str | None):
     """[start, end) of partitions FIRST..LAST, and every key of the table's partitions."""
-    from incremental_assets.defs.partitions import partitions_for
+    from incremental_assets.dagster_layer.partitions import partitions_for
 
     partitions = partitions_for(spec)
     last = last or partitions.get_last_partition_key()
@@ -317,10 +317,10 @@ def _backfill(project, spec, differing: list[str], keys: list[str]):
     adjacent partitions; returns (first, last, run id, success) per run."""
     import dagster as dg
 
-    from incremental_assets.defs.assets import pool_name
-    from incremental_assets.defs.build import build_definitions
-    from incremental_assets.defs.partitions import RELOAD_TAG
-    from incremental_assets.defs.pools import wait_for_pools
+    from incremental_assets.dagster_layer.assets import pool_name
+    from incremental_assets.dagster_layer.build import build_definitions
+    from incremental_assets.dagster_layer.partitions import RELOAD_TAG
+    from incremental_assets.dagster_layer.pools import wait_for_pools
 
     _instance_home()
     defs = build_definitions(project)
@@ -566,7 +566,7 @@ def _explain_landing(spec, target, as_json: bool) -> int:
 
 
 def _request(spec, partition: str | None):
-    from incremental_assets.defs.partitions import partitions_for
+    from incremental_assets.dagster_layer.partitions import partitions_for
     from incremental_assets.engine.windows import LoadRequest
 
     partitions = partitions_for(spec)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dagster_deltalake import AzureConfig, S3Config
 
-from incremental_assets.defs.resources import DeltaWarehouse
+from incremental_assets.dagster_layer.resources import DeltaWarehouse
 
 _MOTO = Path(sys.executable).parent / "moto_server"
 # Azurite's fixed development account (public, documented by Microsoft).

@@ -1,1 +1,1 @@
-"""The Dagster layer: thin wiring from table specs to assets, checks, jobs and schedules."""
+"""dg's defs folder: one folder per component instance (``<name>/defs.yaml``)."""

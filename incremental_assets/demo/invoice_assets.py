@@ -9,10 +9,10 @@ annotations.)
 import dagster as dg
 from dagster_pyspark import PySparkResource
 
-from incremental_assets.defs.checks import layer_check_results, layer_check_specs
-from incremental_assets.defs.metadata import table_metadata
-from incremental_assets.defs.pools import mark_worker
-from incremental_assets.defs.resources import DeltaWarehouse, spark_session
+from incremental_assets.dagster_layer.checks import layer_check_results, layer_check_specs
+from incremental_assets.dagster_layer.metadata import table_metadata
+from incremental_assets.dagster_layer.pools import mark_worker
+from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
 from incremental_assets.demo.invoices import (
     GOLD_KEYS,
     SILVER_KEYS,

@@ -25,8 +25,8 @@ from string import Template
 
 import dagster as dg
 
+from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.definitions import PROJECT_ROOT, tables_path
-from incremental_assets.defs.build import build_definitions
 from incremental_assets.demo.invoice_assets import layer_names
 from incremental_assets.demo.invoices import comparable_gold, daily_sales
 from incremental_assets.demo.shop_database import (

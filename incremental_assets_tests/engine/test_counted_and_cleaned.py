@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from incremental_assets.defs.checks import WATERMARK_IN_RANGE, check_specs
+from incremental_assets.dagster_layer.checks import WATERMARK_IN_RANGE, check_specs
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.checks import watermark_in_range
 from incremental_assets_tests.builders import at, day_request, make_spec, target_rows

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.defs.checks import DELETES_WITHIN_LIMIT, check_specs
+from incremental_assets.dagster_layer.checks import DELETES_WITHIN_LIMIT, check_specs
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.checks import deletes_within_limit
 from incremental_assets.engine.errors import DeleteGuardError

@@ -16,8 +16,8 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets import cli
-from incremental_assets.defs.build import build_definitions
-from incremental_assets.defs.landing import FILES_QUARANTINED, sensor_name
+from incremental_assets.dagster_layer.build import build_definitions
+from incremental_assets.dagster_layer.landing import FILES_QUARANTINED, sensor_name
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import SourceNotFoundError

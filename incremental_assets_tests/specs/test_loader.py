@@ -439,7 +439,7 @@ def test_dagster_definitions_validate_fails_on_broken_tables_yaml(tmp_path):
 
 
 def test_spark_section_sets_master_and_conf_of_the_spark_resource(tmp_path, monkeypatch):
-    from incremental_assets.defs.build import build_definitions
+    from incremental_assets.dagster_layer.build import build_definitions
 
     monkeypatch.delenv("INCREMENTAL_ASSETS_SPARK_MASTER", raising=False)
     text = project(ORDERS) + (

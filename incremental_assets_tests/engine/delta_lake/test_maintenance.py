@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from incremental_assets.defs.build import build_definitions
+from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.engine import DeltaTarget, checks
 from incremental_assets.engine.delta_lake.maintenance import (
     MaintenanceSettings,

@@ -19,9 +19,9 @@ from deltalake import DeltaTable
 from pydantic import SecretStr
 from pyspark.sql import functions as F
 
-from incremental_assets.defs import assets as assets_module
-from incremental_assets.defs.build import build_definitions
-from incremental_assets.defs.connections import DatabaseConnections
+from incremental_assets.dagster_layer import assets as assets_module
+from incremental_assets.dagster_layer.build import build_definitions
+from incremental_assets.dagster_layer.connections import DatabaseConnections
 from incremental_assets.engine import (
     DeltaTarget,
     IncrementalLoadError,

@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from incremental_assets.defs.build import build_definitions
+from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.specs import load_project
 from incremental_assets_tests.builders import (
     ORDERS_YAML,

@@ -29,8 +29,8 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.defs import assets as assets_module
-from incremental_assets.defs.build import build_definitions
+from incremental_assets.dagster_layer import assets as assets_module
+from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.specs import load_project
 from incremental_assets_tests.builders import PROJECT_ROOT
 from incremental_assets_tests.postgres import JDBC_JAR, PostgresServer, start_or_skip, wait_until

@@ -27,7 +27,7 @@ from dagster._daemon.monitoring.concurrency import execute_concurrency_slots_ite
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
 from incremental_assets.cli import main as cli
-from incremental_assets.defs.pools import WORKER_TAG
+from incremental_assets.dagster_layer.pools import WORKER_TAG
 from incremental_assets_tests.builders import PROJECT_ROOT
 
 POOL = "incremental_assets_orders"
@@ -35,7 +35,7 @@ POOL = "incremental_assets_orders"
 DEFS = f'''
 import os, time
 import dagster as dg
-from incremental_assets.defs.pools import mark_worker, pool_aware_executor
+from incremental_assets.dagster_layer.pools import mark_worker, pool_aware_executor
 
 @dg.asset(pool="{POOL}")
 def holds(context):

@@ -12,8 +12,8 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.defs.build import build_definitions
-from incremental_assets.defs.landing import FILES_QUARANTINED, sensor_name
+from incremental_assets.dagster_layer.build import build_definitions
+from incremental_assets.dagster_layer.landing import FILES_QUARANTINED, sensor_name
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.specs import load_project
 from incremental_assets_tests.builders import invoice

@@ -7,22 +7,22 @@ engine, and reports the result; the logic lives in the engine.
 import dagster as dg
 from dagster_pyspark import PySparkResource
 
-from incremental_assets.defs.checks import check_results, check_specs
-from incremental_assets.defs.connections import (
+from incremental_assets.dagster_layer.checks import check_results, check_specs
+from incremental_assets.dagster_layer.connections import (
     DatabaseConnections,
     connection_of,
     retry_policy,
 )
-from incremental_assets.defs.connections import pool_name as connection_pool
-from incremental_assets.defs.landing import (
+from incremental_assets.dagster_layer.connections import pool_name as connection_pool
+from incremental_assets.dagster_layer.landing import (
     landing_check_results,
     landing_check_specs,
     landing_metadata,
 )
-from incremental_assets.defs.metadata import load_metadata, table_metadata
-from incremental_assets.defs.partitions import automation_for, load_request, partitions_for
-from incremental_assets.defs.pools import mark_worker
-from incremental_assets.defs.resources import DeltaWarehouse, spark_session
+from incremental_assets.dagster_layer.metadata import load_metadata, table_metadata
+from incremental_assets.dagster_layer.partitions import automation_for, load_request, partitions_for
+from incremental_assets.dagster_layer.pools import mark_worker
+from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import run_landing_load

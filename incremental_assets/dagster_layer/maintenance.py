@@ -13,9 +13,9 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
-from incremental_assets.defs.assets import pool_name
-from incremental_assets.defs.pools import mark_worker
-from incremental_assets.defs.resources import DeltaWarehouse, spark_session
+from incremental_assets.dagster_layer.assets import pool_name
+from incremental_assets.dagster_layer.pools import mark_worker
+from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine.delta_lake.maintenance import (
     MaintenanceSettings,
     maintain_table,
@@ -93,11 +93,11 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
     return _maintain
 
 
-def maintenance_job(project: ProjectSpec) -> dg.JobDefinition:
+def maintenance_job(project: ProjectSpec, name: str = JOB_NAME) -> dg.JobDefinition:
     ops = [maintenance_op(project, spec) for spec in project.tables]
 
     @dg.job(
-        name=JOB_NAME,
+        name=name,
         description="Delta maintenance of every table: compaction of small files, then "
         "vacuum of files removed longer ago than the retention.",
     )
@@ -110,7 +110,7 @@ def maintenance_job(project: ProjectSpec) -> dg.JobDefinition:
 
 def maintenance_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
     return dg.ScheduleDefinition(
-        name=f"{JOB_NAME}_schedule",
+        name=f"{job.name}_schedule",
         job=job,
         cron_schedule="0 3 * * *",
         execution_timezone="UTC",

@@ -10,8 +10,8 @@ import json
 
 import dagster as dg
 
-from incremental_assets.defs.partitions import partitions_for
-from incremental_assets.defs.resources import DeltaWarehouse
+from incremental_assets.dagster_layer.partitions import partitions_for
+from incremental_assets.dagster_layer.resources import DeltaWarehouse
 from incremental_assets.engine.landing import FileIndex, LandingReport, list_files
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.specs import ProjectSpec, TableSpec

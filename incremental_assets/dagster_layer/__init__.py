@@ -1,0 +1,1 @@
+"""The Dagster layer: thin wiring from table specs to assets, checks, jobs and schedules."""
