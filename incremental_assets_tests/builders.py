@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from incremental_assets.defs.build import build_definitions
+from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.specs import TableSpec, load_project
@@ -166,6 +166,18 @@ def cdc_spec(path: Path, **strategy) -> TableSpec:
         watermark={"column": "lsn", "kind": "id", "lookback": 0},
         partitioning={"column": "changed_at"},
         strategy={"kind": "cdc", **strategy},
+    )
+
+
+def cdc_history_spec(path: Path, **strategy) -> TableSpec:
+    """An SCD2 history table over a CDC feed (``feed``)."""
+    return make_spec(
+        str(path),
+        source={"format": "parquet"},
+        keys=["id"],
+        watermark={"column": "lsn", "kind": "id", "lookback": 0},
+        partitioning={"column": "changed_at"},
+        strategy={"kind": "scd2", "changes": "cdc", **strategy},
     )
 
 

@@ -118,6 +118,8 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
             **table_metadata(target.open() if target.exists() else None, column_roles(spec)),
             **landing_metadata(result),
         }
+        if result.committed:
+            _attribute_other_partitions(context, spec, result.rows_by_partition)
         if unrecorded:
             metadata["recovered_commits"] = ", ".join(str(v) for v in unrecorded)
             context.log.warning(
@@ -134,6 +136,30 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         )
 
     return _load
+
+
+def _attribute_other_partitions(
+    context: dg.AssetExecutionContext, spec: TableSpec, loaded: dict[str, int]
+) -> None:
+    """Rows the run loaded into partitions other than its own (an ``id`` watermark reads
+    every row above its cursor; a late file brings older ones) are reported as
+    materializations of those partitions, so the UI shows where rows landed."""
+    own = set(context.partition_keys)
+    partitions = partitions_for(spec)
+    label = context.partition_key_range.start
+    if len(own) > 1:
+        label = f"{label}...{context.partition_key_range.end}"
+    for key, count in sorted(loaded.items()):
+        if key in own or not partitions.has_partition_key(key):
+            continue
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=spec.name,
+                partition=key,
+                description=f"{count} row(s) of this partition loaded by the run of {label}",
+                metadata={"rows_loaded": count, "loaded_by_partition": label},
+            )
+        )
 
 
 def column_roles(spec: TableSpec) -> dict[str, str]:

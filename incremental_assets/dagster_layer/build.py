@@ -8,6 +8,7 @@ import dagster as dg
 from incremental_assets.dagster_layer.assets import table_asset
 from incremental_assets.dagster_layer.connections import DatabaseConnections
 from incremental_assets.dagster_layer.landing import landing_sensor
+from incremental_assets.dagster_layer.late import checks_late_rows, late_rows_check
 from incremental_assets.dagster_layer.maintenance import (
     JOB_NAME,
     maintenance_job,
@@ -50,8 +51,10 @@ def build_definitions(
         maintenance = maintenance_job(project, maintenance_job_name)
         jobs.append(maintenance)
         schedules.append(maintenance_schedule(maintenance))
+    late = [late_rows_check(project, spec) for spec in project.tables if checks_late_rows(spec)]
     return dg.Definitions(
         assets=assets,
+        asset_checks=late,
         jobs=jobs,
         schedules=schedules,
         sensors=sensors,

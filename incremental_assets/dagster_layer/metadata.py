@@ -112,4 +112,10 @@ def load_metadata(result: LoadResult, target_path: str) -> dict:
         metadata.update(result.out_of_range.metadata())
     if result.new_columns:
         metadata["new_columns"] = ", ".join(result.new_columns)
+    if result.rows_by_partition:
+        metadata["rows_by_partition"] = dg.MetadataValue.json(result.rows_by_partition)
+    if result.source.split(" ", 1)[0] in ("parquet", "csv", "json"):
+        # Folder sources: files that arrived after the run that passed their range.
+        metadata["files_late"] = result.files_late
+        metadata["rows_late"] = result.rows_late
     return metadata

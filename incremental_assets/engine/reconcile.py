@@ -44,6 +44,7 @@ from incremental_assets.engine.errors import IncrementalLoadError
 from incremental_assets.engine.load import prepared_rows
 from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.sources import open_source
+from incremental_assets.engine.strategies.base import last_load_time
 from incremental_assets.engine.watermarks import format_value, to_utc
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.strategies import CdcStrategy
@@ -143,8 +144,11 @@ def reconcile(
     end: datetime,
     *,
     source_storage: Mapping[str, str] | None = None,
+    count_gone: bool = True,
 ) -> Reconciliation:
-    """Source and target row counts of each partition in ``[start, end)``.
+    """Source and target row counts of each partition in ``[start, end)``. With
+    ``count_gone=False`` the rows gone from the source are not counted, which spares a read
+    of every source key (the cost then follows the range).
 
     Raises:
         IncrementalLoadError: the table's partitions are not windows of source rows
@@ -162,7 +166,7 @@ def reconcile(
     if state.exists:
         held = _target_rows(spark, target, in_range)
         target_counts = _counts(held, spec)
-        if not sees_deletes(spec):
+        if count_gone and not sees_deletes(spec):
             keys = _source_keys(spark, spec, state.cursor, source_storage)
             gone = _counts(held.join(keys, list(spec.keys), "left_anti"), spec)
     return Reconciliation(
@@ -177,6 +181,27 @@ def reconcile(
         ],
         strategy=spec.strategy.kind,
     )
+
+
+def recent_partitions(
+    spec: TableSpec, target: DeltaTarget, count: int
+) -> tuple[datetime, datetime] | None:
+    """The last ``count`` partitions the table's loads have reached (by the partition
+    column's highest loaded value), as ``[start, end)``; None before any load."""
+    state = target.state(spec.watermark.kind)
+    reached = last_load_time(state, "partition_high_water")
+    cursor = state.cursor[0] if isinstance(state.cursor, tuple) else state.cursor
+    if reached is None and isinstance(cursor, datetime):
+        reached = cursor
+    if reached is None:
+        return None
+    reached = to_utc(reached)
+    if spec.partitioning.granularity == "daily":
+        step, floor = timedelta(days=1), reached.replace(hour=0, minute=0, second=0, microsecond=0)
+    else:
+        step, floor = timedelta(hours=1), reached.replace(minute=0, second=0, microsecond=0)
+    end = floor + step
+    return end - count * step, end
 
 
 def sees_deletes(spec: TableSpec) -> bool:

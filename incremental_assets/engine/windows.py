@@ -83,9 +83,15 @@ class Window:
     # Backfill part: partition column in [start, end) and watermark <= cursor_before.
     backfill_range: tuple[datetime, datetime] | None
     high_water: WatermarkValue | None = None
+    # Late part: files of a folder source new since the last load (engine/late_files.py);
+    # their rows at or below the cursor, outside the other parts, are read too.
+    late_files: tuple[str, ...] = ()
 
     def with_high_water(self, value: WatermarkValue | None) -> Window:
         return replace(self, high_water=value)
+
+    def with_late_files(self, files: tuple[str, ...]) -> Window:
+        return replace(self, late_files=files)
 
     @property
     def upper(self) -> WatermarkValue | None:
@@ -112,7 +118,7 @@ class Window:
 
     @property
     def is_empty(self) -> bool:
-        return not self.reads_incremental and self.backfill_range is None
+        return not self.reads_incremental and self.backfill_range is None and not self.late_files
 
     def describe(self) -> str:
         from incremental_assets.engine.watermarks import format_value
@@ -127,6 +133,12 @@ class Window:
             parts.append(
                 f"partition column in [{format_value(start)}, {format_value(end)})"
                 f" and watermark <= {format_value(self.cursor_before)}"
+            )
+        if self.late_files:
+            count = len(self.late_files)
+            parts.append(
+                f"watermark <= {format_value(self.cursor_before)} in {count} late "
+                f"file{'s' if count != 1 else ''}"
             )
         return " OR ".join(parts) if parts else "empty"
 

@@ -277,17 +277,22 @@ def test_a_table_loads_its_latest_day_once_the_day_has_ended(tmp_path, instance)
         result = dg.evaluate_automation_conditions(
             defs=defs, instance=instance, evaluation_time=when, cursor=cursor
         )
-        partitions = {
-            (r.key.to_user_string(), key)
-            for r in result.results
-            for key in r.true_subset.expensively_compute_partition_keys()
-        }
+        partitions = set()
+        for r in result.results:
+            if isinstance(r.key, dg.AssetCheckKey):  # the late-rows check: not partitioned
+                partitions |= {(r.key.to_user_string(), None)} if r.true_subset.size else set()
+                continue
+            keys = r.true_subset.expensively_compute_partition_keys()
+            partitions |= {(r.key.to_user_string(), key) for key in keys}
         return partitions, result.cursor
 
     first, cursor = requested(datetime(2026, 1, 3, 12, tzinfo=UTC), None)
     at_midnight, cursor = requested(datetime(2026, 1, 4, 0, 5, tzinfo=UTC), cursor)
     later, cursor = requested(datetime(2026, 1, 4, 0, 10, tzinfo=UTC), cursor)
+    half_past, cursor = requested(datetime(2026, 1, 4, 0, 31, tzinfo=UTC), cursor)
 
     assert first == set()  # no day has ended since the sensor started
-    assert at_midnight == {("orders", "2026-01-03")}  # the day that just ended
+    # The day that just ended; and the late-rows check, whose half-hourly ticks passed.
+    assert at_midnight == {("orders", "2026-01-03"), ("orders:no_late_rows_waiting", None)}
     assert later == set()  # requested once per tick
+    assert half_past == {("orders:no_late_rows_waiting", None)}  # hourly, at half past

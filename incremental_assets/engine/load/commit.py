@@ -7,7 +7,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.engine import quality
+from incremental_assets.engine import late_files, quality
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, TargetState
 from incremental_assets.engine.faults import crash_point
@@ -34,6 +34,7 @@ def commit(
     window: Window,
     extracted: Extract,
     out_of_range: OutOfRange | None,
+    ledger: late_files.FileLedger | None = None,
 ) -> CommitResult:
     """Record the side tables, then commit the staged increment with the new cursor and
     the run's metadata."""
@@ -65,6 +66,12 @@ def commit(
             **(out_of_range.metadata() if out_of_range else {}),
             **({f"changes.{k}": v for k, v in extracted.changes.items()}),
             **(_quality_metadata(report) if report else {}),
+            **late_files.metadata(ledger),
+            **(
+                {"rows_late": extracted.rows_late, "files_late": len(window.late_files)}
+                if ledger is not None
+                else {}
+            ),
         },
         partition_by=list(spec.target.partition_by),
         add_new_columns=spec.on_schema_change == "append_new_columns",

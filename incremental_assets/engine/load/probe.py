@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.engine import validation
+from incremental_assets.engine import late_files, validation
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.sources import Source, open_source
@@ -27,6 +27,8 @@ class Probe:
     clock: datetime
     window: Window
     out_of_range: OutOfRange | None = None
+    # Folder sources: the files this run records as covered, and the late ones it reads.
+    ledger: late_files.FileLedger | None = None
 
 
 def probe(
@@ -44,4 +46,11 @@ def probe(
     state = target.state(spec.watermark.kind)
     clock = source.clock()
     window = strategy.plan_window(source, state, request, clock)
-    return Probe(source, state, clock, window, strategy.out_of_range(source, clock))
+    ledger = None
+    if not strategy.reads_whole_source:
+        files = source.files()
+        if files is not None:
+            seen = late_files.covered(target, state)
+            ledger = late_files.plan(files, seen, window.cursor_before)
+            window = window.with_late_files(ledger.late)
+    return Probe(source, state, clock, window, strategy.out_of_range(source, clock), ledger)

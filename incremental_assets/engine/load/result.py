@@ -54,6 +54,12 @@ class LoadResult:
     guard: GuardReport | None = None
     # Time watermarks: source rows no window can reach (before the start, far in the future).
     out_of_range: OutOfRange | None = None
+    # Folder sources: files new since the last load whose rows at or below the cursor the
+    # run read (engine/late_files.py), and those rows.
+    files_late: int = 0
+    rows_late: int = 0
+    # Loaded rows by partition key (engine/load/stage.py rows_by_partition).
+    rows_by_partition: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows_unchanged(self) -> int:
@@ -103,6 +109,8 @@ def result(
     quality: quality.QualityReport | None = None,
     guard: GuardReport | None = None,
     out_of_range: OutOfRange | None = None,
+    rows_late: int = 0,
+    rows_by_partition: dict[str, int] | None = None,
 ) -> LoadResult:
     phase.seconds["total"] = round(time.perf_counter() - started, 3)
     committed = bool(commit and commit.committed)
@@ -133,4 +141,7 @@ def result(
         quality=quality,
         guard=guard,
         out_of_range=out_of_range,
+        files_late=len(window.late_files),
+        rows_late=rows_late,
+        rows_by_partition=dict(rows_by_partition or {}),
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.engine import staging
+from incremental_assets.engine import late_files, staging
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.load.commit import commit
@@ -83,9 +83,19 @@ def run_load(
 
         with phase("commit"):
             committed = commit(
-                spark, strategy, target, state, request, window, extracted, probed.out_of_range
+                spark,
+                strategy,
+                target,
+                state,
+                request,
+                window,
+                extracted,
+                probed.out_of_range,
+                probed.ledger,
             )
         hook("committed")
+        if committed.committed:
+            late_files.record_after_commit(spark, target, probed.ledger, committed.version)
         crash_point("after_commit")
     finally:
         staging.remove(stage_root)
@@ -108,4 +118,6 @@ def run_load(
         quality=extracted.quality,
         guard=extracted.guard,
         out_of_range=probed.out_of_range,
+        rows_late=extracted.rows_late,
+        rows_by_partition=extracted.rows_by_partition,
     )

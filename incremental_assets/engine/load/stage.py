@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, SparkSession
 
@@ -51,6 +53,9 @@ class Extract:
     gaps: Gaps | None
     guard: GuardReport | None
     quality: quality.QualityReport | None
+    rows_late: int = 0
+    # Staged rows by the partition their partition column puts them in (Dagster's keys).
+    rows_by_partition: dict[str, int] | None = None
 
 
 def extract(
@@ -68,6 +73,8 @@ def extract(
     spec = strategy.spec
     staged_path = f"{stage_root}/increment"
     rows = strategy.window_rows(source, window)
+    # Late files are few and new: counting their rows apart reads only them once more.
+    rows_late = strategy.late_rows(source, window).count() if window.late_files else 0
     staged = strategy.stage(
         spark, rows, window, state, target, stage_root, run_id, remote=source.remote
     )
@@ -99,7 +106,36 @@ def extract(
         gaps=gaps,
         guard=guard,
         quality=report,
+        rows_late=rows_late,
+        rows_by_partition=rows_by_partition(spec, staged_path),
     )
+
+
+def rows_by_partition(spec: TableSpec, staged_path: str) -> dict[str, int]:
+    """The staged rows counted by partition key (``2026-01-02``, or ``2026-01-02-13:00``
+    for hourly tables), from the partition column: what the run loaded where. A run of an
+    ``id`` watermark reads every row above its cursor, so it may load rows of later
+    partitions (or, reading a late file, of earlier ones); this says which."""
+    if not os.path.isdir(staged_path):
+        return {}
+    dataset = pads.dataset(staged_path, format="parquet")
+    column = spec.partition_column
+    if column not in dataset.schema.names:
+        return {}
+    values = dataset.to_table(columns=[column]).column(0)
+    if pa.types.is_date(values.type):
+        values = values.cast(pa.timestamp("us"))
+    if not pa.types.is_timestamp(values.type) or len(values) == 0:
+        return {}
+    pattern = "%Y-%m-%d" if spec.partitioning.granularity == "daily" else "%Y-%m-%d-%H:00"
+    counts = pc.value_counts(pc.strftime(values, format=pattern))
+    return {
+        key: int(count)
+        for key, count in zip(
+            counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+        )
+        if key is not None
+    }
 
 
 def _quality_report(

@@ -49,6 +49,15 @@ class Source(ABC):
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         """Rows that may fall in ``raw_parts`` (all rows when None); not yet filtered."""
 
+    def files(self) -> list[str] | None:
+        """The source's files, named relative to ``source.path`` (None: a source without
+        files, such as a database), as listed when the source was opened."""
+        return None
+
+    def read_files(self, names: tuple[str, ...]) -> DataFrame:
+        """The rows of the named files only (see ``files``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no files")
+
     def high_water(
         self, part: Part, kind: WatermarkKind, max_rows: int | None = None
     ) -> WatermarkValue | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException, PySparkException
@@ -82,6 +83,28 @@ class FileSource(Source):
 
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         return self._df
+
+    def files(self) -> list[str] | None:
+        # The file index Spark listed when the source was opened: no file is opened here.
+        root = self._root_uri()
+        return sorted(
+            uri[len(root) :] if uri.startswith(root) else uri for uri in self._df.inputFiles()
+        )
+
+    def read_files(self, names: tuple[str, ...]) -> DataFrame:
+        root = self._root_uri()
+        paths = [name if "://" in name else root + name for name in names]
+        # The opened source's schema, and its folder as the base of partition columns
+        # (``key=value`` folders), so that the files read alone give the same columns.
+        reader = self._reader().schema(self._df.schema).option("basePath", self.spec.path)
+        return reader.load(paths)
+
+    def _root_uri(self) -> str:
+        """``source.path`` as Spark names the files under it, ending in '/'."""
+        path = self.spec.path.rstrip("/")
+        if "://" not in path:
+            path = Path(os.path.abspath(path)).as_uri()
+        return path + "/"
 
 
 def _conflicting_column(message: str) -> tuple[str, list[str]]:

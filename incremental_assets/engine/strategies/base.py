@@ -128,10 +128,27 @@ class Strategy:
         types = {f.name: f.dataType for f in source.schema.fields}
         zone = spec.source.timezone
         raw = source.read(predicates.to_source_ranges(parts, types, zone))
-        return (
+        rows = (
             raw.filter(predicates.to_source_filter(parts, types, zone))
             .transform(self.prepared())
             .filter(predicates.to_filter(parts))
+        )
+        if window.late_files:
+            rows = rows.unionByName(self.late_rows(source, window))
+        return rows
+
+    def late_rows(self, source: Source, window: Window) -> DataFrame:
+        """The rows of the window's late files at or below the cursor that its other parts
+        do not read (engine/late_files.py), prepared."""
+        spec = self.spec
+        wm, tiebreak = spec.watermark.column, spec.watermark.tiebreak
+        parts = predicates.window_parts(window, wm, spec.partition_column, tiebreak)
+        below = (predicates.Range(wm, None, False, window.cursor_before, True, tiebreak),)
+        outside = ~F.coalesce(predicates.to_filter(parts), F.lit(False))
+        return (
+            source.read_files(window.late_files)
+            .transform(self.prepared())
+            .filter(predicates.to_filter([below]) & outside)
         )
 
     # -- stage -----------------------------------------------------------------------------

@@ -75,6 +75,9 @@ class Scd2(Strategy):
     def window_rows(self, source: Source, window: Window) -> DataFrame:
         return self.changes.window_rows(source, window)
 
+    def late_rows(self, source: Source, window: Window) -> DataFrame:
+        return self.changes.late_rows(source, window)
+
     # -- stage -----------------------------------------------------------------------------
 
     def stage(

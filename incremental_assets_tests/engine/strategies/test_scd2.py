@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -15,6 +14,7 @@ from incremental_assets_tests.builders import (
     DeltaSourceTable,
     ParquetFolder,
     at,
+    cdc_history_spec,
     deliver,
     feed,
     history,
@@ -25,17 +25,6 @@ from incremental_assets_tests.builders import (
 )
 
 VERSION = ("id", "name", "valid_from", "valid_to", "is_current")
-
-
-def cdc_history_spec(path: Path, **strategy):
-    return make_spec(
-        str(path),
-        source={"format": "parquet"},
-        keys=["id"],
-        watermark={"column": "lsn", "kind": "id", "lookback": 0},
-        partitioning={"column": "changed_at"},
-        strategy={"kind": "scd2", "changes": "cdc", **strategy},
-    )
 
 
 CUSTOMERS = pa.schema(
@@ -105,18 +94,19 @@ def test_late_change_is_placed_in_history_and_does_not_become_current(spark, fol
     target = DeltaTarget("t", str(tmp_path / "target"))
     folder.drop(feed((1, "a", "I", 1, at(1, 1)), (1, "c", "U", 3, at(1, 5))))
     load(spark, spec, target, 1)
-    # lsn 2 arrives after lsn 3 was loaded, and only a backfill of day 1 reads it.
+    # lsn 2 arrives after lsn 3 was loaded: the next run reads its file as a late file.
     folder.drop(feed((1, "b", "U", 2, at(1, 3))))
     incremental = load(spark, spec, target, 1)
     backfill = load(spark, spec, target, 1, backfill=True)
 
-    assert incremental.rows_extracted == 0
+    assert (incremental.rows_extracted, incremental.rows_late) == (1, 1)
+    assert incremental.changes == {"open": 1, "close": 0, "update": 1, "remove": 0}
     assert rows(target, *VERSION) == [
         (1, "a", at(1, 1), at(1, 3), False),
         (1, "b", at(1, 3), at(1, 5), False),
         (1, "c", at(1, 5), None, True),
     ]
-    assert backfill.changes == {"open": 1, "close": 0, "update": 1, "remove": 0}
+    assert backfill.changes == {"open": 0, "close": 0, "update": 0, "remove": 0}
 
 
 def test_delete_closes_the_current_version_and_a_reinsert_opens_a_new_one(spark, folder, tmp_path):

@@ -1,0 +1,137 @@
+"""The late-rows check of every windowed table: rows at or below the cursor that the
+target has not seen. Its own check, not one evaluated in the load's step: right after a
+load it would pass; run on its own (hourly, by the automation sensor, or from the UI) it
+notices late rows before a person has to.
+
+- A folder source (Parquet, CSV, JSON) keeps a ledger of the files its loads covered
+  (engine/late_files.py): the check reads only the files no load has read. Exact, at any
+  age; the next run loads what it finds, so the check then passes.
+- A Delta or database source has no files to compare: the check counts, for the last
+  ``RECENT_PARTITIONS`` partitions its loads reached, the rows the source holds at or
+  below the cursor against the target's (engine/reconcile.py). Rows later than the
+  lookback in those partitions are found; a backfill of the partitions named repairs
+  them. Older partitions: run
+  ``incremental-assets reconcile`` over a longer range.
+"""
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+
+from incremental_assets.dagster_layer.connections import DatabaseConnections
+from incremental_assets.dagster_layer.partitions import partitions_for
+from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
+from incremental_assets.engine import late_files
+from incremental_assets.engine.reconcile import recent_partitions, reconcile
+from incremental_assets.engine.strategies import strategy_for
+from incremental_assets.specs import ProjectSpec, TableSpec
+
+LATE_ROWS = "no_late_rows_waiting"
+CHECK_CRON = "30 * * * *"  # half past each hour, away from the loads at the hour
+RECENT_PARTITIONS = 3
+FOLDER_FORMATS = ("parquet", "csv", "json")
+
+
+def checks_late_rows(spec: TableSpec) -> bool:
+    """Tables read by watermark windows: not landing folders (loaded by file), not
+    snapshots (the whole source each run); history tables only from a folder (their
+    target holds versions, which reconcile cannot count against source rows)."""
+    if spec.landing is not None or strategy_for(spec).reads_whole_source:
+        return False
+    return spec.source.format in FOLDER_FORMATS or spec.history is None
+
+
+def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefinition:
+    partitions = partitions_for(spec)
+    folder = spec.source.format in FOLDER_FORMATS
+    how = (
+        "the folder's listing and a read of the files no load has read"
+        if folder
+        else f"a count of the last {RECENT_PARTITIONS} partitions' rows in source and target"
+    )
+
+    @dg.asset_check(
+        asset=spec.name,
+        name=LATE_ROWS,
+        description="No rows at or below the cursor wait in the source unseen by the "
+        f"target (late rows). Costs a Spark start and {how}; evaluated at '{CHECK_CRON}' "
+        "(UTC) while the automation sensor runs.",
+        automation_condition=dg.AutomationCondition.cron_tick_passed(
+            CHECK_CRON, cron_timezone="UTC"
+        ),
+    )
+    def _late_rows(
+        context: dg.AssetCheckExecutionContext,
+        spark: PySparkResource,
+        warehouse: DeltaWarehouse,
+        databases: DatabaseConnections,
+    ) -> dg.AssetCheckResult:
+        session = spark_session(spark)
+        run_spec = databases.bind(spec)
+        target = warehouse.target(project, spec)
+        latest = partitions.get_last_partition_key()
+        if folder:
+            return _unread_files(session, run_spec, target, warehouse, latest)
+        recent = recent_partitions(run_spec, target, RECENT_PARTITIONS)
+        if recent is None:
+            return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
+        # Rows gone from the source are reconcile's to report (they need every source
+        # key); this check looks for rows missing from the target only.
+        report = reconcile(
+            session,
+            run_spec,
+            target,
+            *recent,
+            source_storage=warehouse.storage_options(),
+            count_gone=False,
+        )
+        missing = [p for p in report.partitions if p.difference > 0]
+        compared = f"{report.partitions[0].partition}...{report.partitions[-1].partition}"
+        if not missing:
+            return dg.AssetCheckResult(
+                passed=True,
+                description=f"no rows missing in partitions {compared} (cursor {report.cursor})",
+                metadata={"rows_late_missing": 0, "partitions_compared": compared},
+            )
+        rows = sum(p.difference for p in missing)
+        named = ", ".join(p.partition for p in missing)
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{rows} row(s) the source holds at or below the cursor "
+            f"({report.cursor}) are missing from the target in partition(s) {named}: rows "
+            "that arrived after their window was loaded, beyond the lookback. A backfill "
+            f"repairs them: incremental-assets reconcile {spec.name} --from "
+            f"{missing[0].partition} --to {missing[-1].partition} --backfill",
+            metadata={
+                "rows_late_missing": rows,
+                "partitions": named,
+                "partitions_compared": compared,
+            },
+        )
+
+    return _late_rows
+
+
+def _unread_files(session, spec, target, warehouse, latest) -> dg.AssetCheckResult:
+    found = late_files.pending(session, spec, target, warehouse.storage_options())
+    if found is None or found.rows == 0:
+        unread = len(found.files) if found else 0
+        return dg.AssetCheckResult(
+            passed=True,
+            description=f"no late rows ({unread} unread file(s), none below the cursor)",
+            metadata={"rows_late_waiting": 0, "files_unread": unread},
+        )
+    names = ", ".join(found.files[:5]) + (" ..." if len(found.files) > 5 else "")
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{found.rows} row(s) at or below the cursor wait in "
+        f"{len(found.files)} file(s) no load has read ({names}), in partition(s) "
+        f"{', '.join(found.partitions)}. The next run of {spec.name} reads them; to load "
+        f"them now: dg launch --assets {spec.name} --partition {latest}",
+        metadata={
+            "rows_late_waiting": found.rows,
+            "files_unread": len(found.files),
+            "partitions": ", ".join(found.partitions),
+        },
+    )

@@ -1,0 +1,111 @@
+"""A late file through Dagster: the load's metadata counts it, and the table's own
+no_late_rows_waiting check fails while it waits and passes once the next run read it."""
+
+import dagster as dg
+
+from incremental_assets.dagster_layer.late import LATE_ROWS
+from incremental_assets_tests.builders import ParquetFolder, Project, at, feed, rows
+
+FEED_YAML = """
+warehouse:
+  root: ./warehouse
+tables:
+  - name: orders
+    source: {format: parquet, path: ./feed}
+    keys: [id]
+    watermark: {column: lsn, kind: id}
+    strategy: {kind: cdc, deletes: hard}
+    partitioning: {granularity: daily, start: 2026-01-01, column: changed_at}
+"""
+
+
+def _check_only(project: Project, instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
+    key = dg.AssetCheckKey(dg.AssetKey("orders"), LATE_ROWS)
+    job = dg.define_asset_job("late_check", selection=dg.AssetSelection.checks(key))
+    defs = dg.Definitions(
+        assets=project.defs.assets,
+        asset_checks=project.defs.asset_checks,
+        jobs=[job],
+        resources=project.defs.resources,
+    )
+    result = defs.resolve_job_def("late_check").execute_in_process(instance=instance)
+    (evaluation,) = result.get_asset_check_evaluations()
+    return evaluation
+
+
+def test_the_late_rows_check_fails_until_the_next_run_reads_the_late_file(tmp_path):
+    project = Project(tmp_path, FEED_YAML)
+    folder = ParquetFolder(tmp_path / "feed")
+    with dg.instance_for_test() as instance:
+        folder.drop(feed((1, "a", "I", 1, at(1, 1))))
+        project.materialize(instance, partition="2026-01-01")
+        folder.drop(feed((2, "b", "I", 5, at(3, 1))))
+        project.materialize(instance, partition="2026-01-03")
+        assert _check_only(project, instance).passed
+
+        folder.drop(feed((3, "c", "I", 3, at(2, 1)), (1, "a2", "U", 2, at(2, 2))))
+        waiting = _check_only(project, instance)
+
+        assert not waiting.passed
+        assert waiting.severity == dg.AssetCheckSeverity.ERROR
+        assert "2 row(s) at or below the cursor" in waiting.description
+        assert "partition(s) 2026-01-02" in waiting.description
+        assert "dg launch --assets orders --partition" in waiting.description
+
+        result = project.materialize(instance, partition="2026-01-03")
+        by_partition = {m.partition: m for m in result.asset_materializations_for_node("orders")}
+        # The late rows are day 2's: that partition shows them, loaded by this run.
+        assert set(by_partition) == {"2026-01-03", "2026-01-02"}
+        assert by_partition["2026-01-02"].metadata["loaded_by_partition"].value == "2026-01-03"
+        materialization = by_partition["2026-01-03"]
+        assert materialization.metadata["rows_late"].value == 2
+        assert materialization.metadata["files_late"].value == 1
+        assert rows(project.target, "id", "name", "lsn") == [(1, "a2", 2), (2, "b", 5), (3, "c", 3)]
+        assert _check_only(project, instance).passed
+
+
+def test_rows_of_later_partitions_are_attributed_to_them(tmp_path):
+    """An id watermark's run of day 1 reads every row above its cursor, so it loads day 2's
+    rows too: its metadata counts rows by partition, and day 2 shows a materialization
+    naming the run that loaded it."""
+    project = Project(tmp_path, FEED_YAML)
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(
+        feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(2, 1)), (3, "c", "I", 3, at(2, 5)))
+    )
+    with dg.instance_for_test() as instance:
+        result = project.materialize(instance, partition="2026-01-01")
+
+        events = result.asset_materializations_for_node("orders")
+        (own,) = [m for m in events if m.partition == "2026-01-01"]
+        assert own.metadata["rows_by_partition"].value == {"2026-01-01": 1, "2026-01-02": 2}
+        later = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("orders"), asset_partitions=["2026-01-02"]),
+            limit=1,
+        ).records
+        assert later, "day 2 holds rows but shows no materialization"
+        event = later[0].asset_materialization
+        assert event.metadata["rows_loaded"].value == 2
+        assert event.metadata["loaded_by_partition"].value == "2026-01-01"
+
+
+def test_a_delta_sources_late_row_fails_the_check_until_a_backfill_repairs_it(tmp_path):
+    """A Delta source has no files to compare: the check counts the last partitions the
+    loads reached in source and target, and names the backfill that repairs them."""
+    project = Project(tmp_path)  # orders on a Delta source, timestamp watermark, lookback 1h
+    with dg.instance_for_test() as instance:
+        project.source.upsert([(1, "new", 10.0, at(1, 8)), (2, "new", 20.0, at(2, 9))])
+        project.materialize(instance, partition="2026-01-02")
+        assert _check_only(project, instance).passed
+
+        project.source.upsert([(3, "late", 30.0, at(2, 2))])  # 7h behind the cursor
+        waiting = _check_only(project, instance)
+
+        assert not waiting.passed
+        assert "1 row(s) the source holds at or below the cursor" in waiting.description
+        assert "partition(s) 2026-01-02" in waiting.description
+        assert "reconcile orders --from 2026-01-02 --to 2026-01-02 --backfill" in (
+            waiting.description
+        )
+        project.materialize(instance, partition_range=("2026-01-01", "2026-01-02"))  # backfill
+        assert _check_only(project, instance).passed
