@@ -54,7 +54,10 @@ def test_runs_that_stop_inside_a_burst_lose_and_duplicate_nothing(spark, tmp_pat
     assert loaded_ids(target) == [*range(1, 1201), *range(5001, 5051)]
 
 
-def test_plain_timestamp_watermark_without_lookback_misses_what_hybrid_keeps(spark, tmp_path):
+def test_boundary_rows_committed_late_are_kept_by_hybrid_and_by_the_file_ledger(spark, tmp_path):
+    """Rows stamped with the cursor's own instant, committed after it was loaded: a hybrid
+    watermark reads them by (time, id); a plain timestamp watermark without lookback reads
+    them only because they came in a new file (a database source would lose them)."""
     folder = ParquetFolder(tmp_path / "src")
     folder.drop(batch(range(1, 101), at(1, 12)))
     plain = make_spec(
@@ -70,10 +73,12 @@ def test_plain_timestamp_watermark_without_lookback_misses_what_hybrid_keeps(spa
     # More rows of the same batch import commit late, stamped with the same instant.
     folder.drop(batch(range(101, 151), at(1, 12)))
 
-    load(spark, plain, plain_target, 1)
-    load(spark, hybrid_spec(folder.path), hybrid_target, 1)
+    late = load(spark, plain, plain_target, 1)
+    hybrid = load(spark, hybrid_spec(folder.path), hybrid_target, 1)
 
-    assert len(loaded_ids(plain_target)) == 100  # the boundary rows are lost
+    assert (late.files_late, late.rows_late) == (1, 50)  # at the cursor, in a new file
+    assert hybrid.rows_late == 0  # above its (time, id) cursor: the window reads them
+    assert loaded_ids(plain_target) == list(range(1, 151))
     assert loaded_ids(hybrid_target) == list(range(1, 151))
 
 
