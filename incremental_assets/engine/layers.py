@@ -21,7 +21,7 @@ The pieces:
   for ``delta_commits.append`` (DataFrame writes) or ``delta_commits.idempotent`` (MERGE).
 
 Example (an append-only layer of invoice headers after an invoices bronze table; the
-README's "Your own layers" runs it)::
+docs/layers.md runs it)::
 
     from incremental_assets.engine import DeltaTarget
     from incremental_assets.engine.delta_lake import commits as delta_commits

@@ -100,7 +100,7 @@ def _refuse(table: str, rule: RuleSpec, reason: str) -> NoReturn:
         table,
         f"quality rule '{rule.name}' is refused: {reason}. Nothing was evaluated or committed.",
         "write the check as one expression over the row's columns, with operators, CASE, IN, "
-        "BETWEEN, LIKE, CAST and the functions the README lists (section 'What a rule may "
+        "BETWEEN, LIKE, CAST and the functions docs/quality.md lists (section 'What a rule may "
         "contain')",
     )
 

@@ -21,7 +21,7 @@ from pathlib import Path
 def beside(target_path: str) -> str | None:
     """The staging folder of a target in a local or mounted warehouse: ``_staging`` next to
     it, where every executor that writes the table can read the increment too (None for an
-    object store, whose runs stage in the driver's temp folder; see the README's limits)."""
+    object store, whose runs stage in the driver's temp folder; see docs/limitations.md)."""
     if "://" in target_path and not target_path.startswith("file://"):
         return None
     local = target_path.removeprefix("file://")

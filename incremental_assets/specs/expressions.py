@@ -408,5 +408,5 @@ def validate_check(name: str | None, check: str) -> str:
     raise ValueError(
         f"{rule} is refused: {reason}. Change the check to one expression over the row's "
         "columns, using operators, CASE, IN, BETWEEN, LIKE, CAST and the functions the "
-        "README lists (section 'What a rule may contain')"
+        "docs/quality.md lists (section 'What a rule may contain')"
     )

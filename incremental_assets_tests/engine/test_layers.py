@@ -1,4 +1,4 @@
-"""The public pieces for a user's own layers (engine/layers.py): the README's example layer
+"""The public pieces for a user's own layers (engine/layers.py): the example layer of docs/layers.md
 runs as written, reads only the files added since it last ran and commits nothing when
 bronze has nothing new; rewritten files and the rows of their earlier versions are named."""
 
@@ -17,12 +17,12 @@ from incremental_assets.engine.landing import load_landing
 from incremental_assets.engine.layers import covered_version, older_versions, rewritten_files
 from incremental_assets_tests.builders import NOW, OLD, PROJECT_ROOT, drop, invoice, landing_spec
 
-README = PROJECT_ROOT / "README.md"
+LAYERS_PAGE = PROJECT_ROOT / "docs" / "layers.md"
 
 
 def readme_layer() -> str:
-    """The Python block of the README's "Your own layers"."""
-    section = README.read_text().split("### Your own layers", 1)[1]
+    """The Python block of docs/layers.md ("Your own layers")."""
+    section = LAYERS_PAGE.read_text().split("# Your own layers", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
@@ -33,7 +33,7 @@ def test_the_readme_layer_reads_only_files_added_since_it_last_ran(spark, tmp_pa
     spec = landing_spec(folder)
     bronze = DeltaTarget("invoices_bronze", str(tmp_path / "data/warehouse/invoices_bronze"))
     headers = DeltaTarget("invoice_headers", str(tmp_path / "data/warehouse/invoice_headers"))
-    layer = compile(readme_layer(), "README.md", "exec")
+    layer = compile(readme_layer(), "docs/layers.md", "exec")
 
     def run() -> None:
         exec(layer, {"spark": spark})

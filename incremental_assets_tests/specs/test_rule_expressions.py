@@ -18,7 +18,8 @@ from incremental_assets.specs.loader import SpecError, parse_project
 from incremental_assets.specs.models import QualitySpec, RuleSpec
 from incremental_assets_tests.builders import PROJECT_ROOT, at, load, make_spec, target_rows
 
-README = PROJECT_ROOT / "README.md"
+# The README and the reference pages: every rule they show.
+DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
 SECRET = "S3cr3t-pa55"
 
 # (rule name, check, what the refusal says)
@@ -76,7 +77,7 @@ REFUSED = [
     ),
 ]
 
-# Every check in the tests and the demo (the README's are read from the README below),
+# Every check in the tests and the demo (the docs' are read from README.md and docs/ below),
 # and the keywords a check keeps.
 ORDINARY = [
     "amount > 0",
@@ -141,8 +142,8 @@ def test_ordinary_rules_stay_valid(tmp_path, check):
     assert project.tables[0].quality.rules[0].check == check
 
 
-def test_every_rule_the_readme_shows_is_valid(tmp_path):
-    checks = re.findall(r'check: "([^"]+)"', README.read_text())
+def test_every_rule_the_docs_show_is_valid(tmp_path):
+    checks = [c for page in DOCS for c in re.findall(r'check: "([^"]+)"', page.read_text())]
 
     assert len(checks) >= 3
     for check in checks:
