@@ -158,27 +158,26 @@ def feed(*events: tuple) -> pa.Table:
     return table_of(FEED, list(events))
 
 
-def cdc_spec(path: Path, **strategy) -> TableSpec:
+def feed_spec(path: Path, strategy: Any) -> TableSpec:
+    """A table over a folder of ``feed`` files: key ``id``, ``lsn`` as an id watermark,
+    partitions by ``changed_at``."""
     return make_spec(
         str(path),
         source={"format": "parquet"},
         keys=["id"],
         watermark={"column": "lsn", "kind": "id", "lookback": 0},
         partitioning={"column": "changed_at"},
-        strategy={"kind": "cdc", **strategy},
+        strategy=strategy,
     )
+
+
+def cdc_spec(path: Path, **strategy) -> TableSpec:
+    return feed_spec(path, {"kind": "cdc", **strategy})
 
 
 def cdc_history_spec(path: Path, **strategy) -> TableSpec:
     """An SCD2 history table over a CDC feed (``feed``)."""
-    return make_spec(
-        str(path),
-        source={"format": "parquet"},
-        keys=["id"],
-        watermark={"column": "lsn", "kind": "id", "lookback": 0},
-        partitioning={"column": "changed_at"},
-        strategy={"kind": "scd2", "changes": "cdc", **strategy},
-    )
+    return feed_spec(path, {"kind": "scd2", "changes": "cdc", **strategy})
 
 
 def history(

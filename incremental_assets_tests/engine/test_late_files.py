@@ -17,9 +17,9 @@ from incremental_assets_tests.builders import (
     cdc_history_spec,
     cdc_spec,
     feed,
+    feed_spec,
     history,
     load,
-    make_spec,
     reference,
     rows,
     scd2_reference,
@@ -37,14 +37,7 @@ def spec_for(kind: str, folder: ParquetFolder) -> TableSpec:
     if kind in ("hard", "soft"):
         return cdc_spec(folder.path, deletes=kind)
     if kind == "upsert":
-        return make_spec(
-            str(folder.path),
-            source={"format": "parquet"},
-            keys=["id"],
-            watermark={"column": "lsn", "kind": "id", "lookback": 0},
-            partitioning={"column": "changed_at"},
-            strategy="upsert",
-        )
+        return feed_spec(folder.path, "upsert")
     return cdc_history_spec(folder.path)
 
 
@@ -113,6 +106,8 @@ def test_a_late_change_older_than_the_target_changes_nothing(spark, tmp_path):
 
     assert result.rows_late == 2
     assert rows(target, "id", "name", "lsn") == [(1, "new", 10), (2, "b", 6)]
+    # Only the row the merge wrote is attributed to its partition, not the stale one.
+    assert result.rows_by_partition == {f"{at(1):%Y-%m-%d}": 1}
 
 
 def test_the_ledger_starts_with_a_target_loaded_before_it(spark, tmp_path):

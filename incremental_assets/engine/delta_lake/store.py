@@ -365,7 +365,7 @@ class DeltaTarget:
     ) -> DataFrame | None:
         """The staged rows the merge acts on, staged beside the increment (None: none)."""
         current = self.to_spark(spark, holding=holding)
-        acting_path = f"{staged_path.rstrip('/')}_acting"
+        acting_path = acting_rows_path(staged_path)
         plan.acting_rows(staged, current).write.mode("overwrite").parquet(acting_path)
         if pads.dataset(acting_path, format="parquet").count_rows() == 0:
             return None
@@ -519,6 +519,11 @@ class ChangeLog(SideTable):
                 options={"mergeSchema": "true", **table_options(changes.columns)},
             )
         return rows
+
+
+def acting_rows_path(staged_path: str) -> str:
+    """Where a merge stages the rows it acts on (those that change the target)."""
+    return f"{staged_path.rstrip('/')}_acting"
 
 
 def table_options(columns: list[str]) -> dict[str, str]:

@@ -18,7 +18,7 @@ from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.load.commit import commit
 from incremental_assets.engine.load.probe import probe
 from incremental_assets.engine.load.result import LoadResult, Phases, result
-from incremental_assets.engine.load.stage import extract
+from incremental_assets.engine.load.stage import extract, rows_by_partition
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.engine.unreadable import naming_source_files
 from incremental_assets.engine.windows import LoadRequest
@@ -94,8 +94,10 @@ def run_load(
                 probed.ledger,
             )
         hook("committed")
+        by_partition = {}
         if committed.committed:
             late_files.record_after_commit(spark, target, probed.ledger, committed.version)
+            by_partition = rows_by_partition(spec, extracted.staged_path)
         crash_point("after_commit")
     finally:
         staging.remove(stage_root)
@@ -119,5 +121,5 @@ def run_load(
         guard=extracted.guard,
         out_of_range=probed.out_of_range,
         rows_late=extracted.rows_late,
-        rows_by_partition=extracted.rows_by_partition,
+        rows_by_partition=by_partition,
     )

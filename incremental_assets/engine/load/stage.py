@@ -13,7 +13,7 @@ import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine import quality
-from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
+from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, acting_rows_path
 from incremental_assets.engine.gaps import Gaps, sequence_gaps
 from incremental_assets.engine.guards import GuardReport
 from incremental_assets.engine.sources import Source
@@ -54,8 +54,6 @@ class Extract:
     guard: GuardReport | None
     quality: quality.QualityReport | None
     rows_late: int = 0
-    # Staged rows by the partition their partition column puts them in (Dagster's keys).
-    rows_by_partition: dict[str, int] | None = None
 
 
 def extract(
@@ -107,18 +105,21 @@ def extract(
         guard=guard,
         quality=report,
         rows_late=rows_late,
-        rows_by_partition=rows_by_partition(spec, staged_path),
     )
 
 
 def rows_by_partition(spec: TableSpec, staged_path: str) -> dict[str, int]:
-    """The staged rows counted by partition key (``2026-01-02``, or ``2026-01-02-13:00``
-    for hourly tables), from the partition column: what the run loaded where. A run of an
-    ``id`` watermark reads every row above its cursor, so it may load rows of later
-    partitions (or, reading a late file, of earlier ones); this says which."""
-    if not os.path.isdir(staged_path):
+    """The rows a committed run wrote, counted by partition key (``2026-01-02``, or
+    ``2026-01-02-13:00`` for hourly tables) from the partition column: the rows its merge
+    acted on (re-read rows that changed nothing are not counted), or all staged rows when
+    it created the table. A run of an ``id`` watermark reads every row above its cursor,
+    so it may load rows of later partitions (or, reading a late file, of earlier ones);
+    this says which."""
+    acting = acting_rows_path(staged_path)
+    path = acting if os.path.isdir(acting) else staged_path
+    if not os.path.isdir(path):
         return {}
-    dataset = pads.dataset(staged_path, format="parquet")
+    dataset = pads.dataset(path, format="parquet")
     column = spec.partition_column
     if column not in dataset.schema.names:
         return {}
