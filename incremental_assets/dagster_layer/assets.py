@@ -120,6 +120,12 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         }
         if result.committed:
             _attribute_other_partitions(context, spec, result.rows_by_partition)
+        if result.late_unchecked:
+            context.log.warning(
+                f"{spec.name}: late rows not checked: {result.late_unchecked}. Set "
+                "delta.enableChangeDataFeed = true on the source to have them read, or "
+                f"run incremental-assets reconcile {spec.name}."
+            )
         if unrecorded:
             metadata["recovered_commits"] = ", ".join(str(v) for v in unrecorded)
             context.log.warning(

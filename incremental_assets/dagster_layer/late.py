@@ -3,14 +3,16 @@ target has not seen. Its own check, not one evaluated in the load's step: right 
 load it would pass; run on its own (hourly, by the automation sensor, or from the UI) it
 notices late rows before a person has to.
 
-- A folder source (Parquet, CSV, JSON) keeps a ledger of the files its loads covered
-  (engine/late_files.py): the check reads only the files no load has read. Exact, at any
-  age; the next run loads what it finds, so the check then passes.
-- A Delta or database source has no files to compare: the check counts, for the last
-  ``RECENT_PARTITIONS`` partitions its loads reached, the rows the source holds at or
-  below the cursor against the target's (engine/reconcile.py). Rows later than the
-  lookback in those partitions are found; a backfill of the partitions named repairs
-  them. Older partitions: run
+- A folder source (Parquet, CSV, JSON) keeps a ledger of the files its loads covered, a
+  Delta source the version its last load read (engine/late_files.py): the check reads
+  only the files no load has read, or those the source's commits since then appended.
+  Exact, at any age; the next run loads what it finds, so the check then passes.
+- Where the ledger cannot tell (a database source; a Delta source whose commits since
+  the last load rewrote files without a change data feed, or whose ledger has not begun)
+  the check counts, for the last ``RECENT_PARTITIONS`` partitions its loads reached, the
+  rows the source holds at or below the cursor against the target's (engine/
+  reconcile.py). Rows later than the lookback in those partitions are found; a backfill
+  of the partitions named repairs them. Older partitions: run
   ``incremental-assets reconcile`` over a longer range.
 """
 
@@ -28,24 +30,26 @@ from incremental_assets.specs import ProjectSpec, TableSpec
 LATE_ROWS = "no_late_rows_waiting"
 CHECK_CRON = "30 * * * *"  # half past each hour, away from the loads at the hour
 RECENT_PARTITIONS = 3
-FOLDER_FORMATS = ("parquet", "csv", "json")
+LEDGER_FORMATS = ("parquet", "csv", "json", "delta")
 
 
 def checks_late_rows(spec: TableSpec) -> bool:
     """Tables read by watermark windows: not landing folders (loaded by file), not
-    snapshots (the whole source each run); history tables only from a folder (their
-    target holds versions, which reconcile cannot count against source rows)."""
+    snapshots (the whole source each run); history tables only from a folder or Delta
+    source (their target holds versions, which reconcile cannot count against source
+    rows)."""
     if spec.landing is not None or strategy_for(spec).reads_whole_source:
         return False
-    return spec.source.format in FOLDER_FORMATS or spec.history is None
+    return spec.source.format in LEDGER_FORMATS or spec.history is None
 
 
 def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefinition:
     partitions = partitions_for(spec)
-    folder = spec.source.format in FOLDER_FORMATS
+    ledger = spec.source.format in LEDGER_FORMATS
     how = (
-        "the folder's listing and a read of the files no load has read"
-        if folder
+        "a read of the files no load has read (the folder's listing, or the Delta log's "
+        "new versions)"
+        if ledger
         else f"a count of the last {RECENT_PARTITIONS} partitions' rows in source and target"
     )
 
@@ -69,8 +73,21 @@ def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefi
         run_spec = databases.bind(spec)
         target = warehouse.target(project, spec)
         latest = partitions.get_last_partition_key()
-        if folder:
-            return _unread_files(session, run_spec, target, warehouse, latest)
+        found = None
+        if ledger:
+            found = late_files.pending(session, run_spec, target, warehouse.storage_options())
+            if found is not None and (found.rows or _exact(found.ledger)):
+                return _unread_files(spec, found, latest)
+            if found is None and spec.source.format != "delta":
+                return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
+        unchecked = _unchecked(found.ledger) if found is not None else ""
+        if spec.history is not None:
+            return dg.AssetCheckResult(
+                passed=found is None,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=unchecked
+                or "nothing to compare yet: the next load starts the source's ledger",
+            )
         recent = recent_partitions(run_spec, target, RECENT_PARTITIONS)
         if recent is None:
             return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
@@ -89,7 +106,8 @@ def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefi
         if not missing:
             return dg.AssetCheckResult(
                 passed=True,
-                description=f"no rows missing in partitions {compared} (cursor {report.cursor})",
+                description=f"no rows missing in partitions {compared} (cursor "
+                f"{report.cursor}){'; ' + unchecked if unchecked else ''}",
                 metadata={"rows_late_missing": 0, "partitions_compared": compared},
             )
         rows = sum(p.difference for p in missing)
@@ -101,7 +119,8 @@ def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefi
             f"({report.cursor}) are missing from the target in partition(s) {named}: rows "
             "that arrived after their window was loaded, beyond the lookback. A backfill "
             f"repairs them: incremental-assets reconcile {spec.name} --from "
-            f"{missing[0].partition} --to {missing[-1].partition} --backfill",
+            f"{missing[0].partition} --to {missing[-1].partition} --backfill"
+            f"{'. ' + unchecked if unchecked else ''}",
             metadata={
                 "rows_late_missing": rows,
                 "partitions": named,
@@ -112,14 +131,33 @@ def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefi
     return _late_rows
 
 
-def _unread_files(session, spec, target, warehouse, latest) -> dg.AssetCheckResult:
-    found = late_files.pending(session, spec, target, warehouse.storage_options())
-    if found is None or found.rows == 0:
-        unread = len(found.files) if found else 0
+def _exact(ledger: late_files.FileLedger) -> bool:
+    return ledger.complete and not ledger.unchecked
+
+
+def _unchecked(ledger: late_files.FileLedger) -> str:
+    if not ledger.complete:
+        what = "the source's log no longer holds every version since the last load"
+    elif ledger.unchecked:
+        what = (
+            f"source version(s) {', '.join(str(v) for v in ledger.unchecked)} rewrote files "
+            "(UPDATE, MERGE, overwrite) and the source has no change data feed"
+        )
+    else:
+        return ""
+    return (
+        f"{what}: rows they wrote at or below the cursor cannot be told from copies. Set "
+        "delta.enableChangeDataFeed = true on the source to have them read, or reconcile"
+    )
+
+
+def _unread_files(spec: TableSpec, found: late_files.Pending, latest) -> dg.AssetCheckResult:
+    unchecked = _unchecked(found.ledger)
+    if found.rows == 0:
         return dg.AssetCheckResult(
             passed=True,
-            description=f"no late rows ({unread} unread file(s), none below the cursor)",
-            metadata={"rows_late_waiting": 0, "files_unread": unread},
+            description=f"no late rows ({len(found.files)} unread file(s), none below the cursor)",
+            metadata={"rows_late_waiting": 0, "files_unread": len(found.files)},
         )
     names = ", ".join(found.files[:5]) + (" ..." if len(found.files) > 5 else "")
     return dg.AssetCheckResult(
@@ -128,7 +166,8 @@ def _unread_files(session, spec, target, warehouse, latest) -> dg.AssetCheckResu
         description=f"{found.rows} row(s) at or below the cursor wait in "
         f"{len(found.files)} file(s) no load has read ({names}), in partition(s) "
         f"{', '.join(found.partitions)}. The next run of {spec.name} reads them; to load "
-        f"them now: dg launch --assets {spec.name} --partition {latest}",
+        f"them now: dg launch --assets {spec.name} --partition {latest}"
+        f"{'. Also: ' + unchecked if unchecked else ''}",
         metadata={
             "rows_late_waiting": found.rows,
             "files_unread": len(found.files),

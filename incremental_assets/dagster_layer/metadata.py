@@ -114,8 +114,10 @@ def load_metadata(result: LoadResult, target_path: str) -> dict:
         metadata["new_columns"] = ", ".join(result.new_columns)
     if result.rows_by_partition:
         metadata["rows_by_partition"] = dg.MetadataValue.json(result.rows_by_partition)
-    if result.source.split(" ", 1)[0] in ("parquet", "csv", "json"):
-        # Folder sources: files that arrived after the run that passed their range.
+    if result.source.split(" ", 1)[0] in ("parquet", "csv", "json", "delta"):
+        # Folder and Delta sources: files that arrived after the run that passed their range.
         metadata["files_late"] = result.files_late
         metadata["rows_late"] = result.rows_late
+    if result.late_unchecked:
+        metadata["source_versions_unchecked"] = result.late_unchecked
     return metadata

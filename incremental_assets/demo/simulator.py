@@ -170,14 +170,17 @@ class OrdersSink(Protocol):
 
 @dataclass
 class DeltaOrders:
-    """The orders table as a Delta table, updated in place by a merge."""
+    """The orders table as a Delta table, updated in place by a merge. Its change data
+    feed is on, as on a table whose consumers must see rows changed below their
+    watermark (docs/late-data.md)."""
 
     path: str
 
     def write_orders(self, inserts: list[dict], updates: list[dict]) -> None:
         table = pa.Table.from_pylist(inserts, schema=ORDERS_SCHEMA)
         if not DeltaTable.is_deltatable(self.path):
-            write_deltalake(self.path, table)
+            feed = {"delta.enableChangeDataFeed": "true"}
+            write_deltalake(self.path, table, configuration=feed)
         else:
             write_deltalake(self.path, table, mode="append")
         if updates:

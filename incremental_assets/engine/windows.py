@@ -83,8 +83,9 @@ class Window:
     # Backfill part: partition column in [start, end) and watermark <= cursor_before.
     backfill_range: tuple[datetime, datetime] | None
     high_water: WatermarkValue | None = None
-    # Late part: files of a folder source new since the last load (engine/late_files.py);
-    # their rows at or below the cursor, outside the other parts, are read too.
+    # Late part: files of a folder source, or of a Delta source's commits, new since the
+    # last load (engine/late_files.py); their rows at or below the cursor, outside the
+    # other parts, are read too.
     late_files: tuple[str, ...] = ()
 
     def with_high_water(self, value: WatermarkValue | None) -> Window:
@@ -137,7 +138,7 @@ class Window:
         if self.late_files:
             count = len(self.late_files)
             parts.append(
-                f"watermark <= {format_value(self.cursor_before)} in {count} late "
+                f"watermark <= {format_value(self.cursor_before)} in {count} new "
                 f"file{'s' if count != 1 else ''}"
             )
         return " OR ".join(parts) if parts else "empty"

@@ -89,9 +89,9 @@ def test_rows_of_later_partitions_are_attributed_to_them(tmp_path):
         assert event.metadata["loaded_by_partition"].value == "2026-01-01"
 
 
-def test_a_delta_sources_late_row_fails_the_check_until_a_backfill_repairs_it(tmp_path):
-    """A Delta source has no files to compare: the check counts the last partitions the
-    loads reached in source and target, and names the backfill that repairs them."""
+def test_a_delta_sources_late_commit_fails_the_check_until_the_next_run_loads_it(tmp_path):
+    """A Delta source's ledger is the version each load read: the check reads the files
+    the source's commits appended since then, and the next run loads them."""
     project = Project(tmp_path)  # orders on a Delta source, timestamp watermark, lookback 1h
     with dg.instance_for_test() as instance:
         project.source.upsert([(1, "new", 10.0, at(1, 8)), (2, "new", 20.0, at(2, 9))])
@@ -102,10 +102,31 @@ def test_a_delta_sources_late_row_fails_the_check_until_a_backfill_repairs_it(tm
         waiting = _check_only(project, instance)
 
         assert not waiting.passed
-        assert "1 row(s) the source holds at or below the cursor" in waiting.description
+        assert "1 row(s) at or below the cursor wait in 1 file(s)" in waiting.description
         assert "partition(s) 2026-01-02" in waiting.description
+        result = project.materialize(instance, partition="2026-01-02")  # no backfill
+        (event,) = result.asset_materializations_for_node("orders")
+        assert (event.metadata["rows_late"].value, event.metadata["files_late"].value) == (1, 1)
+        assert _check_only(project, instance).passed
+
+
+def test_a_delta_rewrite_without_change_feed_is_checked_by_counts_and_named(tmp_path):
+    """A MERGE that rewrote files cannot be read for late rows without the source's change
+    data feed: the check counts the last partitions in source and target instead, and
+    says why and what to set; a backfill repairs what it finds."""
+    project = Project(tmp_path)
+    with dg.instance_for_test() as instance:
+        project.source.upsert([(1, "new", 10.0, at(1, 8)), (2, "new", 20.0, at(2, 9))])
+        project.materialize(instance, partition="2026-01-02")
+
+        project.source.upsert([(1, "moved", 10.0, at(2, 2))])  # an update: files rewritten
+        waiting = _check_only(project, instance)
+
+        assert not waiting.passed
+        assert "1 row(s) the source holds at or below the cursor" in waiting.description
         assert "reconcile orders --from 2026-01-02 --to 2026-01-02 --backfill" in (
             waiting.description
         )
+        assert "delta.enableChangeDataFeed = true" in waiting.description
         project.materialize(instance, partition_range=("2026-01-01", "2026-01-02"))  # backfill
         assert _check_only(project, instance).passed

@@ -4,8 +4,11 @@ before that run."""
 
 from __future__ import annotations
 
+import os
 import random
+import time
 
+import pyarrow.parquet as pq
 import pytest
 
 from incremental_assets.engine import DeltaTarget
@@ -70,7 +73,8 @@ def test_a_day_delivered_after_the_next_is_loaded_by_the_very_next_run(spark, tm
     folder.drop(feed(*days[1]))
     load(spark, spec, target, 1)
     folder.drop(feed(*days[3]))  # day 2's file is held back: day 3 is loaded first
-    load(spark, spec, target, 3)
+    third = load(spark, spec, target, 3)
+    assert (third.files_late, third.rows_late) == (0, 0)  # a new file, nothing late in it
     delivered = days[1] + days[3]
     assert rows(target, *COLUMNS[kind]) == expected(kind, delivered)
     assert pending(spark, spec, target) == pending(spark, spec, target)  # reads nothing
@@ -85,7 +89,7 @@ def test_a_day_delivered_after_the_next_is_loaded_by_the_very_next_run(spark, tm
     result = load(spark, spec, target, 4)  # the next scheduled run, no backfill
 
     assert (result.files_late, result.rows_late) == (1, len(days[2]))
-    assert "late file" in result.window
+    assert "in 1 new file" in result.window
     assert rows(target, *COLUMNS[kind]) == expected(kind, days[1] + days[2] + days[3])
     assert pending(spark, spec, target).rows == 0
     # A re-run reads no file late twice, and changes nothing.
@@ -142,6 +146,31 @@ def test_the_ledger_cache_is_caught_up_from_the_commits(spark, tmp_path):
     again = load(spark, spec, target, 1)
 
     assert (again.files_late, again.rows_late) == (0, 0)
+    assert cache.read().num_rows == 2  # the commit's files are cached again
+    assert (load(spark, spec, target, 1).rows_late, pending(spark, spec, target).files) == (0, ())
+
+
+def test_a_file_rewritten_in_place_is_read_again(spark, tmp_path):
+    """The ledger knows a file by name, size and modification time: an export rewritten
+    under the same name with a late change in it is read again by the next run."""
+    folder = ParquetFolder(tmp_path / "feed")
+    spec = spec_for("hard", folder)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    first = folder.path / "day-1.parquet"
+    pq.write_table(feed((1, "a", "I", 5, at(1, 1))), first)
+    load(spark, spec, target, 1)
+    folder.drop(feed((2, "b", "I", 8, at(2, 1))))
+    load(spark, spec, target, 2)
+    assert pending(spark, spec, target).files == ()
+
+    pq.write_table(feed((1, "a", "I", 5, at(1, 1)), (3, "c", "I", 6, at(1, 2))), first)
+    os.utime(first, (time.time() + 60, time.time() + 60))  # a later modification time
+    assert pending(spark, spec, target).files == ("day-1.parquet",)
+    result = load(spark, spec, target, 2)
+
+    assert (result.files_late, result.rows_late) == (1, 2)
+    assert rows(target, "id", "name", "lsn") == [(1, "a", 5), (2, "b", 8), (3, "c", 6)]
+    assert pending(spark, spec, target).files == ()
 
 
 @pytest.mark.slow

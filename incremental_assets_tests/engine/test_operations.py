@@ -73,8 +73,9 @@ def test_rewind_then_rerun_yields_the_same_table_as_never_rewinding(spark, order
 def test_rewind_loads_late_rows_and_reset_reloads_from_the_start(spark, orders_source, target):
     spec = make_spec(orders_source.path, watermark={"lookback": "1h"})
     _two_days(orders_source, [target], spark, spec)
-    # A row of day 1 written after day 2's load: later than any lookback.
-    orders_source.upsert([(99, "placed", 9.0, at(1, 12))])
+    # A row of day 1 written after day 2's load, later than any lookback, by a MERGE that
+    # also updates (a rewrite: without a change data feed no run reads it).
+    orders_source.upsert([(99, "placed", 9.0, at(1, 12)), (41, "placed", 41.0, at(2, 9))])
     assert load(spark, spec, target, 2).rows_inserted == 0
 
     rewind(spec, target, "2026-01-01", spark=spark, by="bob", reason="late rows of Jan 1")

@@ -17,7 +17,8 @@ from incremental_assets_tests.builders import ParquetFolder, Project, at, feed, 
 
 def _three_days(spark, project: Project):
     """Days 1-3 loaded by the engine; order 1 moved to day 3 by an update; then a row of
-    day 1 written after day 3's load, older than any lookback, that a normal run misses."""
+    day 1 written after day 3's load, older than any lookback, that a normal run misses
+    (a rewrite of a source without change data feed)."""
     spec = project.spec.tables[0]
     source, target = project.source, project.target
     source.upsert([(i, "placed", 1.0, at(1, i)) for i in range(1, 11)])
@@ -27,7 +28,9 @@ def _three_days(spark, project: Project):
     source.upsert([(i, "placed", 1.0, at(3, i - 20)) for i in range(21, 26)])
     source.upsert([(1, "paid", 1.0, at(3, 6))])
     load(spark, spec, target, 3)
-    source.upsert([(99, "placed", 9.0, at(1, 12))])
+    # In the same MERGE as an update: a rewrite, which the source's ledger reads only with
+    # a change data feed, so no run reads it.
+    source.upsert([(99, "placed", 9.0, at(1, 12)), (2, "placed", 1.0, at(1, 2))])
     missed = load(spark, spec, target, 3)
     assert (missed.rows_inserted, missed.rows_updated) == (0, 0)
     return spec
@@ -55,7 +58,7 @@ def test_reconcile_finds_the_partition_with_late_rows_and_a_backfill_repairs_it(
     as_json = json.loads(run("--from", "2026-01-01", "--to", "2026-01-03", "--json")[1])
     repaired, backfill_text = run("--from", "2026-01-01", "--to", "2026-01-03", "--backfill")
     after, after_text = run("--from", "2026-01-01", "--to", "2026-01-03")
-    project.source.upsert([(98, "placed", 9.0, at(2, 12))])  # late again, on day 2
+    project.source.upsert([(98, "placed", 9.0, at(2, 12)), (12, "placed", 1.0, at(2, 12))])
     code_json, text_json = run("--from", "2026-01-01", "--to", "2026-01-03", "--backfill", "--json")
     second = json.loads(text_json[text_json.index("{") :])  # Dagster may print before it
 

@@ -68,7 +68,7 @@ def commit(
             **(_quality_metadata(report) if report else {}),
             **late_files.metadata(ledger),
             **(
-                {"rows_late": extracted.rows_late, "files_late": len(window.late_files)}
+                {"rows_late": extracted.rows_late, "files_late": extracted.files_late}
                 if ledger is not None
                 else {}
             ),

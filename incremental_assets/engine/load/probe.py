@@ -27,7 +27,7 @@ class Probe:
     clock: datetime
     window: Window
     out_of_range: OutOfRange | None = None
-    # Folder sources: the files this run records as covered, and the late ones it reads.
+    # Folder and Delta sources: what this run records as covered, and what it reads late.
     ledger: late_files.FileLedger | None = None
 
 
@@ -48,9 +48,8 @@ def probe(
     window = strategy.plan_window(source, state, request, clock)
     ledger = None
     if not strategy.reads_whole_source:
-        files = source.files()
-        if files is not None:
-            seen = late_files.covered(target, state)
-            ledger = late_files.plan(files, seen, window.cursor_before)
+        column = spec.watermark.column
+        ledger = late_files.plan(source, target, state, window.cursor_before, column)
+        if ledger is not None:
             window = window.with_late_files(ledger.late)
     return Probe(source, state, clock, window, strategy.out_of_range(source, clock), ledger)

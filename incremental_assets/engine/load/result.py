@@ -54,10 +54,13 @@ class LoadResult:
     guard: GuardReport | None = None
     # Time watermarks: source rows no window can reach (before the start, far in the future).
     out_of_range: OutOfRange | None = None
-    # Folder sources: files new since the last load whose rows at or below the cursor the
-    # run read (engine/late_files.py), and those rows.
+    # Folder and Delta sources: rows at or below the cursor the run read from files (or
+    # commits) new since the last load, and the files that held them (engine/late_files.py).
     files_late: int = 0
     rows_late: int = 0
+    # Delta sources: versions since the last load whose rows at or below the cursor could
+    # not be checked (rewrites without a change data feed), or why ("" when none).
+    late_unchecked: str = ""
     # Loaded rows by partition key (engine/load/stage.py rows_by_partition).
     rows_by_partition: dict[str, int] = field(default_factory=dict)
 
@@ -110,6 +113,8 @@ def result(
     guard: GuardReport | None = None,
     out_of_range: OutOfRange | None = None,
     rows_late: int = 0,
+    files_late: int = 0,
+    late_unchecked: str = "",
     rows_by_partition: dict[str, int] | None = None,
 ) -> LoadResult:
     phase.seconds["total"] = round(time.perf_counter() - started, 3)
@@ -141,7 +146,8 @@ def result(
         quality=quality,
         guard=guard,
         out_of_range=out_of_range,
-        files_late=len(window.late_files),
+        files_late=files_late,
+        late_unchecked=late_unchecked,
         rows_late=rows_late,
         rows_by_partition=dict(rows_by_partition or {}),
     )

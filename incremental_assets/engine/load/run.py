@@ -70,6 +70,7 @@ def run_load(
             phase,
             started,
             out_of_range=probed.out_of_range,
+            late_unchecked=_unchecked(probed.ledger),
         )
 
     stage_root = staging.create(spec.name, staging_dir or staging.beside(target.path))
@@ -121,5 +122,11 @@ def run_load(
         guard=extracted.guard,
         out_of_range=probed.out_of_range,
         rows_late=extracted.rows_late,
+        files_late=extracted.files_late,
+        late_unchecked=_unchecked(probed.ledger),
         rows_by_partition=by_partition,
     )
+
+
+def _unchecked(ledger: late_files.FileLedger | None) -> str:
+    return str(late_files.metadata(ledger).get(late_files.UNCHECKED_KEY, ""))

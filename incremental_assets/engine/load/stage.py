@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from incremental_assets.engine import quality
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, acting_rows_path
@@ -54,6 +55,7 @@ class Extract:
     guard: GuardReport | None
     quality: quality.QualityReport | None
     rows_late: int = 0
+    files_late: int = 0
 
 
 def extract(
@@ -72,7 +74,7 @@ def extract(
     staged_path = f"{stage_root}/increment"
     rows = strategy.window_rows(source, window)
     # Late files are few and new: counting their rows apart reads only them once more.
-    rows_late = strategy.late_rows(source, window).count() if window.late_files else 0
+    rows_late, files_late = _late_counts(strategy.late_rows(source, window), window)
     staged = strategy.stage(
         spark, rows, window, state, target, stage_root, run_id, remote=source.remote
     )
@@ -105,6 +107,7 @@ def extract(
         guard=guard,
         quality=report,
         rows_late=rows_late,
+        files_late=files_late,
     )
 
 
@@ -161,3 +164,14 @@ def _gaps(spec: TableSpec, window: Window, staged_path: str) -> Gaps | None:
 def _later(a: datetime | None, b: datetime | None) -> datetime | None:
     values = [v for v in (a, b) if v is not None]
     return max(values) if values else None
+
+
+def _late_counts(rows: DataFrame, window: Window) -> tuple[int, int]:
+    """The late rows a run reads, and the files that hold them (of the files read for
+    them, those with a row at or below the cursor)."""
+    if not window.late_files:
+        return 0, 0
+    files = rows.select(F.input_file_name().alias("file"))
+    found = files.agg(F.count(F.lit(1)).alias("rows"), F.count_distinct("file").alias("files"))
+    found = found.first()
+    return int(found["rows"]), int(found["files"])

@@ -7,7 +7,9 @@ itself applied by the caller so Spark pushes it down), and the source's clock.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -24,12 +26,35 @@ from incremental_assets.engine.watermarks import (
 from incremental_assets.specs import SourceSpec
 
 
+class SourceFile(NamedTuple):
+    """A file of a folder source: its name relative to ``source.path``, its size in bytes
+    and its modification time in epoch milliseconds, as the file system lists them."""
+
+    name: str
+    size: int | None = None
+    modified: int | None = None
+
+
+@dataclass(frozen=True)
+class Additions:
+    """What a Delta source's commits added since a load (``Source.added_since``): the
+    files (and change data) to read for rows at or below the cursor, the versions that
+    rewrote files and could not be read (no change data feed), and whether the source's
+    log still held every version."""
+
+    late: tuple[str, ...]
+    unchecked: tuple[int, ...] = ()
+    complete: bool = True
+
+
 class Source(ABC):
     """A table's source, opened once per run: a Delta source pins its snapshot at open."""
 
     # Whether each read is work for another system (a database): a run then reads its
     # window once, into its staging folder, rather than once per Spark job.
     remote = False
+    # Delta sources: the version this run reads (the ledger of engine/late_files.py).
+    version: int | None = None
 
     def __init__(self, table: str, spec: SourceSpec):
         self.table = table
@@ -49,13 +74,18 @@ class Source(ABC):
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         """Rows that may fall in ``raw_parts`` (all rows when None); not yet filtered."""
 
-    def files(self) -> list[str] | None:
-        """The source's files, named relative to ``source.path`` (None: a source without
-        files, such as a database), as listed when the source was opened."""
+    def files(self) -> list[SourceFile] | None:
+        """The source's files (None: a source without files, such as a database), as
+        listed when the source was opened."""
+        return None
+
+    def added_since(self, version: int, cursor: object, column: str) -> Additions | None:
+        """Delta sources: what the commits after ``version`` added (engine/sources/
+        delta_log.py). None for sources without versions."""
         return None
 
     def read_files(self, names: tuple[str, ...]) -> DataFrame:
-        """The rows of the named files only (see ``files``)."""
+        """The rows of the named files only (see ``files`` and ``added_since``)."""
         raise NotImplementedError(f"{type(self).__name__} has no files")
 
     def high_water(

@@ -12,7 +12,8 @@ from pyspark.sql.types import StructType
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.predicates import Part
-from incremental_assets.engine.sources.base import Source, first_line
+from incremental_assets.engine.sources import delta_log
+from incremental_assets.engine.sources.base import Additions, Source, first_line
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.specs import SourceSpec
 
@@ -42,11 +43,11 @@ class DeltaSource(Source):
             raise log_error(table, spec.path, exc) from None
         self.version = self._table.version()
         self._files = delta_io.live_files(self._table)
+        self._uri = delta_io.spark_uri(spec.path)
+        self._added: dict = {}  # path -> AddFile, from added_since
         try:
             self._df = (
-                spark.read.format("delta")
-                .option("versionAsOf", self.version)
-                .load(delta_io.spark_uri(spec.path))
+                spark.read.format("delta").option("versionAsOf", self.version).load(self._uri)
             )
         except (AnalysisException, PySparkException, Py4JJavaError) as exc:
             raise SourceNotFoundError(
@@ -74,6 +75,46 @@ class DeltaSource(Source):
         self.files_total = self._files.num_rows
         return self._df
 
+    def added_since(self, version: int, cursor: object, column: str) -> Additions:
+        """The files the commits after ``version`` (up to the pinned one) appended that may
+        hold a row with ``column`` at or below ``cursor``, the change data of the versions
+        that rewrote files (or those versions, unchecked, without a change data feed)."""
+        added = delta_log.added_since(self._spark, self._uri, version + 1, self.version)
+        self._added = added.appended
+        physical = self._physical_name(column)
+        late = [
+            path
+            for path, add in sorted(added.appended.items())
+            if delta_log.may_hold_below(add, physical, cursor)
+        ]
+        unchecked: tuple[int, ...] = ()
+        if added.rewrites and delta_log.change_feed_enabled(self._table.metadata().configuration):
+            late += [f"{delta_log.CHANGE_DATA}{v}" for v in added.rewrites]
+        else:
+            unchecked = tuple(added.rewrites)
+        return Additions(tuple(late), unchecked, added.complete)
+
+    def read_files(self, names: tuple[str, ...]) -> DataFrame:
+        versions = [int(n[len(delta_log.CHANGE_DATA) :]) for n in names if _is_change_data(n)]
+        adds = [self._added[n] for n in names if not _is_change_data(n)]
+        frames = []
+        if adds:
+            frames.append(delta_log.read_added(self._spark, self._uri, self.version, adds))
+        if versions:
+            frames.append(delta_log.read_changes(self._spark, self._uri, versions))
+        if not frames:
+            return self._df.limit(0)
+        rows = frames[0]
+        for frame in frames[1:]:
+            rows = rows.unionByName(frame, allowMissingColumns=True)
+        return rows.select(*self._df.columns)
+
+    def _physical_name(self, column: str) -> str:
+        for f in self._table.schema().fields:
+            if f.name == column:
+                return str(f.metadata.get("delta.columnMapping.physicalName", column))
+        return column
+
     def count_nulls(self, column: str) -> int:
         counts = (
             self._files.column(f"null_count.{column}").to_pylist()
@@ -86,3 +127,7 @@ class DeltaSource(Source):
 
     def describe(self) -> str:
         return f"delta {self.spec.path}@v{self.version}"
+
+
+def _is_change_data(name: str) -> bool:
+    return name.startswith(delta_log.CHANGE_DATA)

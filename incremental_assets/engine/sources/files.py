@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 
 from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
 from incremental_assets.engine.predicates import Part
-from incremental_assets.engine.sources.base import Source, first_line
+from incremental_assets.engine.sources.base import Source, SourceFile, first_line
 from incremental_assets.engine.unreadable import source_file_error
 from incremental_assets.specs import SourceSpec
 
@@ -84,12 +84,15 @@ class FileSource(Source):
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         return self._df
 
-    def files(self) -> list[str] | None:
+    def files(self) -> list[SourceFile] | None:
         # The file index Spark listed when the source was opened: no file is opened here.
-        root = self._root_uri()
-        return sorted(
-            uri[len(root) :] if uri.startswith(root) else uri for uri in self._df.inputFiles()
-        )
+        root = _hadoop_form(self._root_uri())
+        listed = []
+        for uri, size, modified in _listing(self._df):
+            uri = _hadoop_form(uri)
+            name = uri[len(root) :] if uri.startswith(root) else uri
+            listed.append(SourceFile(name, size, modified))
+        return sorted(listed)
 
     def read_files(self, names: tuple[str, ...]) -> DataFrame:
         root = self._root_uri()
@@ -105,6 +108,23 @@ class FileSource(Source):
         if "://" not in path:
             path = Path(os.path.abspath(path)).as_uri()
         return path + "/"
+
+
+def _hadoop_form(uri: str) -> str:
+    """A local file URI as Hadoop prints it (``file:/x``, not ``file:///x``)."""
+    return "file:/" + uri[len("file:///") :] if uri.startswith("file:///") else uri
+
+
+def _listing(df: DataFrame) -> list[tuple[str, int, int]]:
+    """Path, size and modification time of every file in the file index of ``df`` (a
+    file-source DataFrame), as Hadoop's file system listed them."""
+    relation = df._jdf.queryExecution().analyzed().collectLeaves().head().relation()
+    found = relation.location().allFiles().iterator()
+    out = []
+    while found.hasNext():
+        status = found.next()
+        out.append((status.getPath().toString(), status.getLen(), status.getModificationTime()))
+    return out
 
 
 def _conflicting_column(message: str) -> tuple[str, list[str]]:
