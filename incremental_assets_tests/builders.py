@@ -158,12 +158,12 @@ def feed(*events: tuple) -> pa.Table:
     return table_of(FEED, list(events))
 
 
-def feed_spec(path: Path, strategy: Any) -> TableSpec:
-    """A table over a folder of ``feed`` files: key ``id``, ``lsn`` as an id watermark,
-    partitions by ``changed_at``."""
+def feed_spec(path: Path, strategy: Any, source_format: str = "parquet") -> TableSpec:
+    """A table over a folder of ``feed`` files (or a Delta table of them): key ``id``,
+    ``lsn`` as an id watermark, partitions by ``changed_at``."""
     return make_spec(
         str(path),
-        source={"format": "parquet"},
+        source={"format": source_format},
         keys=["id"],
         watermark={"column": "lsn", "kind": "id", "lookback": 0},
         partitioning={"column": "changed_at"},

@@ -223,7 +223,8 @@ def _run(
         first, last = f"{day(1):%Y-%m-%d}", f"{day(rounds):%Y-%m-%d}"
         print(
             f"\nBackfill of partitions {first}...{last} in one run per table "
-            "(loads the rows that arrived later than the lookback)"
+            "(loads what no run could read: late rows of a database source; otherwise it "
+            "changes nothing)"
         )
         rows = [
             _materialize(instance, assets, resources, spec.name, partition_range=(first, last))

@@ -6,8 +6,9 @@ Each round writes one simulated day, the way real sources misbehave:
 - orders (a Delta table, updated in place like a database table, or with the demo's
   ``--postgres`` switch a PostgreSQL table): new orders, status updates to orders of the
   last two days, a burst of rows sharing one timestamp (a batch import), rows that arrive
-  late but inside the lookback, and rows that arrive later than any lookback (only a
-  backfill of their day picks them up);
+  late but inside the lookback, and rows that arrive later than any lookback (below the
+  watermark: the next run reads them from the Delta commit that appended them; from
+  PostgreSQL only a backfill of their day picks them up);
 - events (Parquet files appended to a folder, ids increasing, zone-less timestamps written
   in Europe/Berlin wall-clock time): some events of the previous day arrive with new ids;
 - customers (Parquet files of a CDC feed): inserts, updates, deletes, re-inserts, duplicated

@@ -2,24 +2,26 @@
 the run that passed their watermark range. Without this, their rows sit below the cursor
 and no incremental run reads them.
 
-Delta sources: each load commit records the source version it read (``source_version``).
-The next run asks the source's log what the commits since then added (engine/sources/
-delta_log.py): appended files whose statistics allow a row at or below the cursor are
-read, alone; versions that rewrote files are read from the change data feed, or reported
-as unchecked without one. Nothing but the log of the new versions is read to find them.
+Delta sources: each load commit records the source version it read (``source_version``)
+and the source table's id. The next run asks the source's log what the commits since then
+added (engine/sources/delta_log.py): appended files whose statistics allow a row at or
+below the cursor are read, alone; versions that rewrote files are read from the change
+data feed, or reported as unchecked without one. Nothing but the log of the new versions
+is read to find them. A table dropped and created again at the source's path (a new id)
+is new from version 0.
 
-Folder sources:
-Each load commit records the files it covered first (metadata ``source_files``: their
-names, relative to ``source.path``), in the same Delta commit as its rows: what the ledger
-says was covered was committed. A run compares the source's listing (the file index Spark
-built when the source was opened, so no file is opened for it) with the ledger; a file it
-has not seen is read whole, and its rows at or below the cursor, outside the window, go
-through the same newer-wins merge as the window's: a late change older than what the
-target holds changes nothing, a newer one lands once.
+Folder sources: each load commit records the files it covered first (metadata
+``source_files``: name relative to ``source.path``, size, modification time), in the same
+Delta commit as its rows: what the ledger says was covered was committed. A run compares
+the source's listing (the file index Spark built when the source was opened, so no file is
+opened for it) with the ledger; a file it has not seen, or one rewritten in place, is read
+whole, and its rows at or below the cursor, outside the window, go through the same
+newer-wins merge as the window's: a late change older than what the target holds changes
+nothing, a newer one lands once.
 
-The names recorded by each commit are cached in ``<target>__source_files`` so that a run
-reads only the commits since the cache's newest; the cache is written after the target's
-commit, and a run that dies in between leaves it behind, never wrong.
+The files recorded by each commit are cached in ``<target>__source_file_stamps`` so that a
+run reads only the commits since the cache's newest (and caches them); the cache is written
+after the target's commit, and a run that dies in between leaves it behind, never wrong.
 
 A target whose loads predate the ledger starts it with the files of its next run, which
 are taken as covered (nothing is known about them).
@@ -46,6 +48,7 @@ from incremental_assets.specs import TableSpec
 
 LEDGER_KEY = "source_files"
 VERSION_KEY = "source_version"
+TABLE_ID_KEY = "source_table_id"
 UNCHECKED_KEY = "source_versions_unchecked"
 
 
@@ -59,6 +62,7 @@ class FileLedger:
     new: tuple[SourceFile, ...]
     late: tuple[str, ...]
     version: int | None = None
+    table_id: str | None = None
     unchecked: tuple[int, ...] = ()
     complete: bool = True
     # False when this run starts the ledger: nothing is known about what came before.
@@ -143,13 +147,18 @@ def plan(
         return plan_files(files, covered(target, state), cursor)
     if source.version is None:
         return None
-    ledger = FileLedger(new=(), late=(), version=source.version)
+    ledger = FileLedger(new=(), late=(), version=source.version, table_id=source.table_id)
     last = state.last_load.get(VERSION_KEY) if state.exists else None
     if last is None or cursor is None:
         return replace(ledger, begun=False)  # the ledger begins: nothing to read late
-    if int(last) >= source.version:
+    last_id = state.last_load.get(TABLE_ID_KEY)
+    # A source dropped and created again (a new table id, or versions that start over)
+    # shares nothing with the versions the ledger knows: every commit of it is new.
+    replaced = int(last) > source.version or last_id not in (None, source.table_id)
+    since = -1 if replaced else int(last)
+    if since == source.version:
         return ledger  # no commit since the last load
-    added = source.added_since(int(last), cursor, column)
+    added = source.added_since(since, cursor, column)
     assert added is not None
     return replace(ledger, late=added.late, unchecked=added.unchecked, complete=added.complete)
 
@@ -171,6 +180,8 @@ def metadata(ledger: FileLedger | None) -> dict[str, str | int]:
     if ledger.version is None:
         return {LEDGER_KEY: json.dumps([list(f) for f in ledger.new])}
     out: dict[str, str | int] = {VERSION_KEY: ledger.version}
+    if ledger.table_id:
+        out[TABLE_ID_KEY] = ledger.table_id
     if ledger.unchecked:
         out[UNCHECKED_KEY] = ", ".join(str(v) for v in ledger.unchecked)
     if not ledger.complete:

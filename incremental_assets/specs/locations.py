@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-SIDE_TABLES = ("tombstones", "changes", "quarantine", "files")
+SIDE_TABLES = ("tombstones", "changes", "quarantine", "files", "source_file_stamps")
 """Suffixes of the Delta tables the loader keeps beside a target, ``<target>__<suffix>``."""
 
 # Schemes that name one store under several spellings.

@@ -5,8 +5,10 @@ from the change data feed, or reported when the source has none."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget
@@ -50,6 +52,7 @@ def test_rows_appended_below_the_cursor_are_loaded_by_the_next_run(spark, tmp_pa
     source, spec, target, day2 = loaded_two_days(spark, tmp_path)
     # A normal run: its new file holds rows above the cursor only, so none is late.
     assert (day2.files_late, day2.rows_late, day2.late_unchecked) == (0, 0, "")
+    assert "new file" not in day2.window  # its statistics say so: the file is not re-read
 
     # Day 1's stragglers commit after day 2 was loaded: a new key, a later change of
     # order 2, and a change of order 1 older than the one the target holds.
@@ -149,3 +152,30 @@ def test_versions_gone_from_the_source_log_are_reported_not_skipped_silently(spa
     assert "no longer holds every version" in result.late_unchecked
     assert [r[0] for r in target_rows(target)] == [1, 2, 3, 10, 11, 12]
     assert load(spark, spec, target, 2).late_unchecked == ""  # recorded past the gap
+
+
+@pytest.mark.parametrize("commits", [1, 4])
+def test_a_source_dropped_and_created_again_is_read_whole_by_the_next_run(spark, tmp_path, commits):
+    """A new table at the source's path shares no versions with the old one, whether its
+    versions are below the one the last load read (1 commit) or past it (4): its rows at
+    or below the cursor are read, not assumed covered by the old table's versions."""
+    source, spec, target, _ = loaded_two_days(spark, tmp_path)
+    read_before = target.state("timestamp").last_load["source_version"]
+    shutil.rmtree(source)
+    create(spark, source)
+    append(spark, source, (4, "new", 4.0, at(1, 3)))  # below the cursor
+    for n in range(commits - 1):
+        append(spark, source, (10 + n, "new", 1.0, at(1, 4 + n)))
+    append(spark, source, (5, "new", 5.0, at(2, 5)))  # above it
+    assert (DeltaTable(source).version() > read_before) == (commits > 1)
+    assert pending(spark, spec, target).rows == commits
+
+    replaced = load(spark, spec, target, 2)
+
+    assert (replaced.files_late, replaced.rows_late) == (commits, commits)
+    assert {4, 5} <= {r[0] for r in target_rows(target)}
+    # The ledger goes on from the new table's version: a late append is read next time.
+    append(spark, source, (6, "new", 6.0, at(1, 7)))
+    result = load(spark, spec, target, 2)
+    assert (result.files_late, result.rows_late) == (1, 1)
+    assert pending(spark, spec, target).rows == 0

@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import random
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from deltalake import write_deltalake
 
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.late_files import SourceFiles, pending
@@ -17,8 +19,6 @@ from incremental_assets.specs import TableSpec
 from incremental_assets_tests.builders import (
     ParquetFolder,
     at,
-    cdc_history_spec,
-    cdc_spec,
     feed,
     feed_spec,
     history,
@@ -36,12 +36,31 @@ COLUMNS = {
 }
 
 
-def spec_for(kind: str, folder: ParquetFolder) -> TableSpec:
-    if kind in ("hard", "soft"):
-        return cdc_spec(folder.path, deletes=kind)
-    if kind == "upsert":
-        return feed_spec(folder.path, "upsert")
-    return cdc_history_spec(folder.path)
+STRATEGIES = {
+    "hard": {"kind": "cdc", "deletes": "hard"},
+    "soft": {"kind": "cdc", "deletes": "soft"},
+    "upsert": "upsert",
+    "scd2": {"kind": "scd2", "changes": "cdc"},
+}
+
+
+def spec_for(kind: str, folder: ParquetFolder | DeltaFeed) -> TableSpec:
+    source_format = "delta" if isinstance(folder, DeltaFeed) else "parquet"
+    return feed_spec(folder.path, STRATEGIES[kind], source_format)
+
+
+def feed_store(store: str, path: Path) -> ParquetFolder | DeltaFeed:
+    return ParquetFolder(path) if store == "folder" else DeltaFeed(path)
+
+
+class DeltaFeed:
+    """The feed kept as a Delta table instead: each delivery is one append commit."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def drop(self, table) -> None:
+        write_deltalake(str(self.path), table, mode="append")
 
 
 def expected(kind: str, events: list[tuple]) -> list[tuple]:
@@ -62,9 +81,14 @@ def by_day(events: list[tuple]) -> dict[int, list[tuple]]:
     return days
 
 
+@pytest.mark.parametrize("store", ["folder", "delta"])
 @pytest.mark.parametrize("kind", ["hard", "soft", "upsert", "scd2"])
-def test_a_day_delivered_after_the_next_is_loaded_by_the_very_next_run(spark, tmp_path, kind):
-    folder = ParquetFolder(tmp_path / "feed")
+def test_a_day_delivered_after_the_next_is_loaded_by_the_very_next_run(
+    spark, tmp_path, kind, store
+):
+    """Day 2 is delivered after day 3 was loaded (a file in a folder, or an append commit
+    to a Delta table): the next scheduled run loads it, no backfill."""
+    folder = feed_store(store, tmp_path / "feed")
     spec = spec_for(kind, folder)
     target = DeltaTarget("t", str(tmp_path / "target"))
     events = events_for(kind, seed=3, keys=60, events=400)
@@ -174,12 +198,14 @@ def test_a_file_rewritten_in_place_is_read_again(spark, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store", ["folder", "delta"])
 @pytest.mark.parametrize("kind", ["hard", "soft", "upsert", "scd2"])
-def test_shuffled_delayed_files_equal_the_reference_after_every_run(spark, tmp_path, kind):
-    """Random batch cuts, files delivered in shuffled order with random delays, and replays:
-    after every run the target equals the reference for the events delivered so far."""
+def test_shuffled_delayed_files_equal_the_reference_after_every_run(spark, tmp_path, kind, store):
+    """Random batch cuts, files (or Delta append commits) delivered in shuffled order with
+    random delays, and replays: after every run the target equals the reference for the
+    events delivered so far."""
     rng = random.Random(len(kind) * 7)
-    folder = ParquetFolder(tmp_path / "feed")
+    folder = feed_store(store, tmp_path / "feed")
     spec = spec_for(kind, folder)
     target = DeltaTarget("t", str(tmp_path / "target"))
     events = events_for(kind, seed=len(kind), keys=50, events=300)

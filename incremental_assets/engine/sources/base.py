@@ -55,6 +55,8 @@ class Source(ABC):
     remote = False
     # Delta sources: the version this run reads (the ledger of engine/late_files.py).
     version: int | None = None
+    # Delta sources: the table's id, which a table dropped and created again changes.
+    table_id: str | None = None
 
     def __init__(self, table: str, spec: SourceSpec):
         self.table = table

@@ -42,6 +42,7 @@ class DeltaSource(Source):
         except DeltaError as exc:
             raise log_error(table, spec.path, exc) from None
         self.version = self._table.version()
+        self.table_id = self._table.metadata().id
         self._files = delta_io.live_files(self._table)
         self._uri = delta_io.spark_uri(spec.path)
         self._added: dict = {}  # path -> AddFile, from added_since
