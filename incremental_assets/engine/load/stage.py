@@ -74,7 +74,7 @@ def extract(
     staged_path = f"{stage_root}/increment"
     rows = strategy.window_rows(source, window)
     # Late files are few and new: counting their rows apart reads only them once more.
-    rows_late, files_late = _late_counts(strategy.late_rows(source, window), window)
+    rows_late, files_late = _late_counts(strategy, source, window)
     staged = strategy.stage(
         spark, rows, window, state, target, stage_root, run_id, remote=source.remote
     )
@@ -166,12 +166,12 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
     return max(values) if values else None
 
 
-def _late_counts(rows: DataFrame, window: Window) -> tuple[int, int]:
+def _late_counts(strategy: Strategy, source: Source, window: Window) -> tuple[int, int]:
     """The late rows a run reads, and the files that hold them (of the files read for
     them, those with a row at or below the cursor)."""
     if not window.late_files:
-        return 0, 0
-    files = rows.select(F.input_file_name().alias("file"))
+        return 0, 0  # nor any file to read: a database source has none
+    files = strategy.late_rows(source, window).select(F.input_file_name().alias("file"))
     found = files.agg(F.count(F.lit(1)).alias("rows"), F.count_distinct("file").alias("files"))
     found = found.first()
     return int(found["rows"]), int(found["files"])
