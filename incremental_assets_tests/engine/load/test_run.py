@@ -197,18 +197,22 @@ def test_row_older_than_lookback_is_loaded_once_by_backfill_of_its_partition(
     orders_source.upsert([(1, "placed", 1.0, at(1, 10)), (2, "placed", 1.0, at(2, 10))])
     load(spark, spec, target, 1)
     load(spark, spec, target, 2)
-    # Stamped on day 1 but written after day 2 was loaded: beyond any lookback.
-    orders_source.upsert([(3, "placed", 1.0, at(1, 6))])
+    # Stamped on day 1 but written after day 2 was loaded, beyond any lookback, by a MERGE
+    # that rewrote the source's file: without a change data feed no run can tell the
+    # changed row from the copies (appended rows would be read by the next run).
+    orders_source.upsert([(1, "paid", 1.0, at(1, 12))])
+    rewrite = DeltaTable(orders_source.path).version()
     orders_source.upsert([(4, "placed", 1.0, at(3, 6))])
     day3 = load(spark, spec, target, 3)
-    assert day3.rows_inserted == 1  # only order 4
+    assert (day3.rows_inserted, day3.rows_updated) == (1, 0)  # only order 4
+    assert day3.late_unchecked == str(rewrite)  # and it names the version it could not read
 
     backfill = load(spark, spec, target, 1, backfill=True)
     again = load(spark, spec, target, 1, backfill=True)
 
-    assert backfill.rows_inserted == 1 and backfill.cursor_after == at(3, 6)
-    assert again.rows_inserted == 0 and not again.committed
-    assert [r[0] for r in target_rows(target)] == [1, 2, 3, 4]
+    assert backfill.rows_updated == 1 and backfill.cursor_after == at(3, 6)
+    assert again.rows_updated == 0 and not again.committed
+    assert [r[:2] for r in target_rows(target)] == [(1, "paid"), (2, "placed"), (4, "placed")]
 
 
 def test_backfill_of_a_range_equals_loading_partitions_one_by_one(spark, tmp_path):
