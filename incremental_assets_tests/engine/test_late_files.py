@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from deltalake import write_deltalake
 
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.late_files import SourceFiles, pending
 from incremental_assets.specs import TableSpec
 from incremental_assets_tests.builders import (
+    DeltaSourceTable,
     ParquetFolder,
     at,
     feed,
@@ -44,23 +44,13 @@ STRATEGIES = {
 }
 
 
-def spec_for(kind: str, folder: ParquetFolder | DeltaFeed) -> TableSpec:
-    source_format = "delta" if isinstance(folder, DeltaFeed) else "parquet"
+def spec_for(kind: str, folder: ParquetFolder | DeltaSourceTable) -> TableSpec:
+    source_format = "delta" if isinstance(folder, DeltaSourceTable) else "parquet"
     return feed_spec(folder.path, STRATEGIES[kind], source_format)
 
 
-def feed_store(store: str, path: Path) -> ParquetFolder | DeltaFeed:
-    return ParquetFolder(path) if store == "folder" else DeltaFeed(path)
-
-
-class DeltaFeed:
-    """The feed kept as a Delta table instead: each delivery is one append commit."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def drop(self, table) -> None:
-        write_deltalake(str(self.path), table, mode="append")
+def feed_store(store: str, path: Path) -> ParquetFolder | DeltaSourceTable:
+    return ParquetFolder(path) if store == "folder" else DeltaSourceTable(path)
 
 
 def expected(kind: str, events: list[tuple]) -> list[tuple]:
