@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from string import Template
 
@@ -36,12 +37,12 @@ from incremental_assets.demo.shop_database import (
     jdbc_jar,
     shop_database,
 )
-from incremental_assets.demo.simulator import INVOICE_DDL, SourceSimulator
+from incremental_assets.demo.simulator import INVOICE_DDL, DeltaOrders, SourceSimulator
 from incremental_assets.demo.simulator import day as simulator_day
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
-from incremental_assets.engine.spark_session import local_session
+from incremental_assets.engine.spark_session import local_session, start_session
 from incremental_assets.specs import ProjectSpec, TableSpec, load_project
 
 POSTGRES_TABLES = Path(__file__).with_name("tables_postgres.yaml")
@@ -178,6 +179,11 @@ def _run(
         defs.get_assets_def(n) for n in (INVOICES, *layer_names(full.table(INVOICES)))
     ]
     resources = defs.resources
+    if simulator.orders is None:
+        # The orders source is a Delta table written by Spark's Delta Lake, in the session
+        # the project's Spark resource starts (the same settings, so the same session).
+        session = partial(start_session, dict(resources["spark"].spark_config))
+        simulator.orders = DeltaOrders(simulator.orders_path, session)
     started = time.perf_counter()
     # The demo's days are the partitions' first days (tables.yaml: today-4d, so they end
     # yesterday and the UI shows them filled).

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -35,7 +36,9 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, write_deltalake
+from delta.tables import DeltaTable as SparkDeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 UTC = timezone.utc
 EVENTS_ZONE = ZoneInfo("Europe/Berlin")
@@ -171,29 +174,37 @@ class OrdersSink(Protocol):
 
 @dataclass
 class DeltaOrders:
-    """The orders table as a Delta table, updated in place by a merge. Its change data
-    feed is on, as on a table whose consumers must see rows changed below their
-    watermark (docs/late-data.md)."""
+    """The orders table as a Delta table, updated in place by a merge, written by Spark's
+    Delta Lake through ``spark`` (called at each write, so the session starts when the
+    first day is written). Its change data feed is on, as on a table whose consumers must
+    see rows changed below their watermark (docs/late-data.md)."""
 
     path: str
+    spark: Callable[[], SparkSession]
 
     def write_orders(self, inserts: list[dict], updates: list[dict]) -> None:
-        table = pa.Table.from_pylist(inserts, schema=ORDERS_SCHEMA)
-        if not DeltaTable.is_deltatable(self.path):
-            feed = {"delta.enableChangeDataFeed": "true"}
-            write_deltalake(self.path, table, configuration=feed)
-        else:
-            write_deltalake(self.path, table, mode="append")
+        spark = self.spark()
+        rows = spark.createDataFrame(inserts, from_arrow_schema(ORDERS_SCHEMA))
+        if not SparkDeltaTable.isDeltaTable(spark, self.path):
+            (
+                SparkDeltaTable.createIfNotExists(spark)
+                .location(self.path)
+                .addColumns(rows.schema)
+                .property("delta.enableChangeDataFeed", "true")
+                .execute()
+            )
+        rows.write.format("delta").mode("append").save(self.path)
         if updates:
             columns = ("order_id", "status", "updated_at")
-            changes = pa.Table.from_pylist(
-                [{c: r[c] for c in columns} for r in updates],
-                schema=pa.schema([ORDERS_SCHEMA.field(c) for c in columns]),
+            schema = pa.schema([ORDERS_SCHEMA.field(c) for c in columns])
+            changes = spark.createDataFrame(
+                [{c: r[c] for c in columns} for r in updates], from_arrow_schema(schema)
             )
             (
-                DeltaTable(self.path)
-                .merge(changes, "t.order_id = s.order_id", source_alias="s", target_alias="t")
-                .when_matched_update(updates={"status": "s.status", "updated_at": "s.updated_at"})
+                SparkDeltaTable.forPath(spark, self.path)
+                .alias("t")
+                .merge(changes.alias("s"), "t.order_id = s.order_id")
+                .whenMatchedUpdate(set={"status": "s.status", "updated_at": "s.updated_at"})
                 .execute()
             )
 
@@ -201,7 +212,8 @@ class DeltaOrders:
 @dataclass
 class SourceSimulator:
     """Writes the demo sources under ``root`` (``orders/``, ``events/``,
-    ``customers_cdc/``); ``orders`` sends the orders elsewhere (a database table)."""
+    ``customers_cdc/``); ``orders`` is where the orders go: ``DeltaOrders`` (the demo's
+    default, given its Spark session by the demo's run) or a database table."""
 
     root: Path
     seed: int = 7
@@ -216,8 +228,6 @@ class SourceSimulator:
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
-        if self.orders is None:
-            self.orders = DeltaOrders(self.orders_path)
         self._rng = random.Random(self.seed)
         self._next_order = 1
         self._next_event = 1
@@ -435,7 +445,8 @@ class SourceSimulator:
         return rows, (self.new_orders + self.burst, updated, self.burst, late, very_late)
 
     def _upsert_orders(self, rows: list[dict]) -> None:
-        assert self.orders is not None
+        if self.orders is None:
+            raise ValueError("SourceSimulator needs orders=: DeltaOrders(...) or a database")
         self.orders.write_orders(
             [r for r in rows if r["customer_id"] is not None],
             [r for r in rows if r["customer_id"] is None],
