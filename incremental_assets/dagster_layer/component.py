@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import dagster as dg
-from pydantic import Field, TypeAdapter, WithJsonSchema
+from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
 from incremental_assets.dagster_layer.build import AUTOMATION_SENSOR, build_definitions
 from incremental_assets.specs import ProjectSpec, load_project
-from incremental_assets.specs.loader import parse_project
+from incremental_assets.specs.loader import SpecError, parse_project
 from incremental_assets.specs.models import ConnectionSpec, SparkSpec, TableSpec, WarehouseSpec
 from incremental_assets.specs.strategies import STRATEGY_KINDS
+from incremental_assets.specs.yaml_limits import value_problem
 
 
 def _schema(annotation: Any) -> dict[str, Any]:
@@ -169,6 +170,14 @@ class IncrementalTables(dg.Component, dg.Model, dg.Resolvable):
     spark: Spark = Field(default=None, description="Inline: Spark settings.")
     connections: Connections = Field(default=None, description="Inline: JDBC connections.")
 
+    @classmethod
+    def load(cls, attributes: BaseModel | None, context: dg.ComponentLoadContext):
+        """The component from its parsed attributes, once they are known to be cheap to
+        resolve (see :func:`_refuse_costly`)."""
+        if attributes is not None:
+            _refuse_costly(attributes, context)
+        return super().load(attributes, context)
+
     def project(self, folder: Path) -> ProjectSpec:
         """The validated specs; ``folder`` is the defs.yaml's (relative paths start there)."""
         inline = {
@@ -205,6 +214,36 @@ class IncrementalTables(dg.Component, dg.Model, dg.Resolvable):
         job = "maintain_tables" if name == "tables" else f"maintain_tables_{name}"
         defs = build_definitions(self.project(folder), maintenance_job_name=job)
         return _sharing_resources(defs, folder)
+
+
+def _refuse_costly(attributes: BaseModel, context: dg.ComponentLoadContext) -> None:
+    """Refuse attributes past the spec files' limits (specs/yaml_limits.py), naming the
+    defs.yaml line.
+
+    dg parses defs.yaml itself, before any code of this package runs: what aliases name is
+    parsed once and shared. Resolving the attributes next renders every text value as a
+    template, once per place it is used, so an alias bomb would run for minutes there.
+    Measuring the shared values first costs as much as the file's text. (A file nested
+    past Python's recursion limit fails inside dg's own parser, before this.)
+    """
+    values = {name: getattr(attributes, name) for name in type(attributes).model_fields}
+    found = value_problem(values)
+    if found is None:
+        return
+    path, problem = found
+    key_path = ["attributes", *path]
+    # A mapping entry's position is its key's line; a list item that is an alias has the
+    # position of its anchor, so the line of the list holding it is the one to name.
+    at = key_path[:-1] if isinstance(key_path[-1], int) else key_path
+    tree = getattr(context.resolution_context, "source_position_tree", None)
+    position = tree.lookup_closest_and_path(at, None)[0] if tree is not None else None
+    if position is not None:
+        source = position.filename
+        where = f"{source}, line {position.start.line}, column {position.start.col}"
+    else:
+        source = str(context.path / "defs.yaml")
+        where = ".".join(str(part) for part in key_path)
+    raise SpecError(source, [(None, "yaml", f"{where}: {problem}")])
 
 
 # Resources built by every IncrementalTables in this process, by key. Several components

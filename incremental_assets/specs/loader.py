@@ -30,6 +30,7 @@ from incremental_assets.specs.strategies import (
     SnapshotStrategy,
     UpsertStrategy,
 )
+from incremental_assets.specs.yaml_limits import LimitedComposer, yaml_problem
 
 STRATEGY_MODELS: dict[str, type[BaseModel]] = {
     "append": AppendStrategy,
@@ -56,8 +57,10 @@ class SpecError(ValueError):
         super().__init__("\n".join(lines))
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader that refuses duplicate keys instead of silently keeping the last one."""
+class _UniqueKeyLoader(LimitedComposer, yaml.SafeLoader):
+    """A YAML loader that refuses duplicate keys instead of silently keeping the last one,
+    and files whose aliases expand, or whose values nest, past the limits of
+    specs/yaml_limits.py."""
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -93,7 +96,7 @@ def load_project(path: str | os.PathLike[str]) -> ProjectSpec:
     try:
         raw = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise SpecError(str(path), [(None, "yaml", str(exc))]) from None
+        raise SpecError(str(path), [(None, "yaml", yaml_problem(exc, str(path)))]) from None
     return parse_project(raw, source=str(path), base_dir=path.parent)
 
 

@@ -63,11 +63,23 @@ from incremental_assets.specs.strategies import (
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
+_SETTING_KINDS = {type(None): "no value", list: "a list", dict: "a mapping"}
+
+
 def _settings_as_text(value: object) -> object:
-    # YAML reads `200` and `true` as numbers and booleans; Spark settings are text.
-    if isinstance(value, dict):
-        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
-    return value
+    # YAML reads `200` and `true` as numbers and booleans; Spark settings are text. A list,
+    # mapping or empty value is refused, not turned into its Python text ("['a', 'b']"):
+    # that is never what the option means, and the text of an aliased list can be huge.
+    if not isinstance(value, dict):
+        return value
+    for key, setting in value.items():
+        if not isinstance(setting, (str, int, float)):  # bool is an int
+            what = _SETTING_KINDS.get(type(setting), f"a {type(setting).__name__}")
+            raise ValueError(
+                f"{str(key)!r} has {what}; a setting is one text, number or true/false: write "
+                "it as the text the option expects (e.g. 'a,b' for a list), or remove it"
+            )
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
 
 Settings = Annotated[dict[str, str], BeforeValidator(_settings_as_text)]
