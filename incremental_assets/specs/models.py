@@ -44,7 +44,7 @@ from incremental_assets.specs.landing import (
     LandingSpec,
 )
 from incremental_assets.specs.locations import reserved_suffix
-from incremental_assets.specs.names import ColumnName
+from incremental_assets.specs.names import ColumnList, ColumnName
 from incremental_assets.specs.options import (
     DATABASE_SECRET,
     OBJECT_STORE_SECRET,
@@ -443,7 +443,7 @@ class TargetSpec(_Spec):
     path: str | None = Field(
         default=None, description="Delta table location; defaults to <warehouse.root>/<name>."
     )
-    partition_by: list[ColumnName] = Field(
+    partition_by: ColumnList = Field(
         default_factory=list, description="Delta partition columns."
     )
 
@@ -502,7 +502,7 @@ class TableSpec(_Spec):
     description: str | None = None
     group: str = "incremental"
     source: SourceSpec
-    keys: list[ColumnName] = Field(min_length=1, description="Columns that identify a row.")
+    keys: ColumnList = Field(min_length=1, description="Columns that identify a row.")
     watermark: WatermarkSpec = Field(
         description="The column that orders changes (not for snapshot tables, which are "
         "ordered by the time each snapshot was taken)."

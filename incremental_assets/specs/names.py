@@ -5,6 +5,11 @@ expressions, Delta merge predicates, statistics look-ups and asset checks. A dot
 struct field, a backtick ends a quoted name and a space splits it, so such names are
 refused when the specs load rather than failing a check after the data is committed.
 Columns the spec does not name may be called anything the target format accepts.
+
+A list of columns (keys, partition columns, tracked columns) names each column once:
+Spark and Delta compare column names ignoring case, so ``[order_id, ORDER_ID]`` is a
+repeat too, and a repeated column fails later in Spark (an ambiguous join or a duplicate
+partition column) after the specs loaded.
 """
 
 from __future__ import annotations
@@ -32,3 +37,18 @@ def plain_column(value: str) -> str:
 
 ColumnName = Annotated[str, AfterValidator(plain_column)]
 """A column the spec names: a plain identifier (see module docstring)."""
+
+
+def distinct_columns(columns: list[str] | None) -> list[str] | None:
+    seen: dict[str, str] = {}
+    for column in columns or []:
+        first = seen.get(column.lower())
+        if first is not None:
+            also = "" if first == column else f" (as {first!r}: Spark ignores case)"
+            raise ValueError(f"{column!r} is listed twice{also}; name each column once")
+        seen[column.lower()] = column
+    return columns
+
+
+ColumnList = Annotated[list[ColumnName], AfterValidator(distinct_columns)]
+"""Columns the spec names, each once (see module docstring)."""

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from incremental_assets.specs.names import ColumnName
+from incremental_assets.specs.names import ColumnList, ColumnName
 
 
 class _Strategy(BaseModel):
@@ -88,7 +88,7 @@ class SnapshotStrategy(_DeletingStrategy):
         description="Accept an empty snapshot of a non-empty target (it deletes every row); "
         "by default such a run fails before writing, as a failed export looks just like it.",
     )
-    tracked: list[ColumnName] | None = Field(
+    tracked: ColumnList | None = Field(
         default=None,
         min_length=1,
         description="Columns whose change is a change (default: every column). A change "
@@ -124,7 +124,7 @@ class Scd2Strategy(_Strategy):
         description="How the source delivers changes: upsert (new row versions, the "
         "default), cdc (a change feed with deletes) or snapshot (the full current state).",
     )
-    tracked: list[ColumnName] | None = Field(
+    tracked: ColumnList | None = Field(
         default=None,
         min_length=1,
         description="Columns whose change opens a new version (default: every column but "
