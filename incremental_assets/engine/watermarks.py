@@ -22,6 +22,9 @@ ID_MIN, ID_MAX = -(2**63), 2**63 - 1
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICRO = timedelta(microseconds=1)
+# The lowest bound a lookback reaches: a day after the first instant a datetime (and a
+# Spark timestamp) holds, so the bound can still be moved into any source's time zone.
+EARLIEST_BOUND = datetime(1, 1, 2, tzinfo=timezone.utc)
 
 
 def to_utc(value: datetime) -> datetime:
@@ -76,17 +79,26 @@ def shift_back(value: WatermarkValue, lookback: timedelta | int) -> WatermarkVal
     """The lower bound of a window that re-reads ``lookback`` before ``value``.
 
     Shifts the instant, not a wall clock: a lookback of 2h across a DST change is still
-    exactly two hours, because values are UTC.
+    exactly two hours, because values are UTC. A cursor too close to the year 1, or to the
+    lowest 64-bit id, for the whole lookback stops at :data:`EARLIEST_BOUND` (or at the
+    cursor, if that is earlier) or at ``ID_MIN`` instead of overflowing.
     """
     if isinstance(value, tuple):
         # Exactly after the cursor without a lookback; else every id of the earlier instant.
         assert isinstance(lookback, timedelta)
-        return value if not lookback else (value[0] - lookback, ID_MIN)
+        return value if not lookback else (_earlier(value[0], lookback), ID_MIN)
     if isinstance(value, datetime):
         assert isinstance(lookback, timedelta)
-        return value - lookback
+        return _earlier(value, lookback)
     assert isinstance(lookback, int)
-    return value - lookback
+    return max(value - lookback, ID_MIN)
+
+
+def _earlier(value: datetime, lookback: timedelta) -> datetime:
+    floor = EARLIEST_BOUND if value.tzinfo else EARLIEST_BOUND.replace(tzinfo=None)
+    if value - floor > lookback:
+        return value - lookback
+    return min(value, floor)  # never above the cursor: that would skip rows
 
 
 def lag_seconds(watermark: WatermarkValue | None, clock: datetime) -> float | None:

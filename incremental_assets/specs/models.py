@@ -83,6 +83,8 @@ def _settings_as_text(value: object) -> object:
 
 
 Settings = Annotated[dict[str, str], BeforeValidator(_settings_as_text)]
+ID_LOOKBACK_MAX = 2**63 - 1
+"""The largest id lookback: ids, and the bounds a lookback gives, are Spark longs."""
 SNAPSHOT_AT = "_ia_snapshot_at"
 """The time a snapshot was taken: the order column of snapshot tables, added by the loader."""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -93,6 +95,9 @@ class _Spec(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, hide_input_in_errors=True
     )
+
+
+_LONGEST_RETRY_WAIT = timedelta(days=1)
 
 
 class ConnectionSpec(_Spec):
@@ -118,7 +123,9 @@ class ConnectionSpec(_Spec):
     max_retries: int = Field(
         default=3,
         ge=0,
-        description="Dagster retries of a load whose connection failed (exponential backoff).",
+        le=20,
+        description="Dagster retries of a load whose connection failed (exponential backoff; "
+        "the last retry waits retry_delay * (2**max_retries - 1), at most a day).",
     )
     retry_delay: Duration = Field(
         default=timedelta(seconds=10), description="Wait before the first retry; doubles after."
@@ -159,6 +166,20 @@ class ConnectionSpec(_Spec):
             )
         return value
 
+    @model_validator(mode="after")
+    def _retries_within_a_day(self) -> ConnectionSpec:
+        # Dagster waits retry_delay * (2**n - 1) before retry n: a run that keeps its pool
+        # slot for days is a run that looks hung.
+        last_wait = self.retry_delay.total_seconds() * (2**self.max_retries - 1)
+        if last_wait > _LONGEST_RETRY_WAIT.total_seconds():
+            raise PydanticCustomError(
+                "field:max_retries",
+                "the last of {retries} retries would wait about {hours} hours (retry_delay, "
+                "doubling each time); keep it within a day: lower max_retries or retry_delay",
+                {"retries": self.max_retries, "hours": f"{last_wait / 3600:,.0f}"},
+            )
+        return self
+
 
 class SliceSpec(_Spec):
     """Parallel reads of a JDBC window: ``count`` range slices of an integer, date or
@@ -198,7 +219,11 @@ class SourceSpec(_Spec):
         default=None, description="jdbc: read the window in parallel range slices."
     )
     fetch_size: int | None = Field(
-        default=None, ge=1, description="jdbc: rows per round trip (default 10000)."
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="jdbc: rows per round trip (default 10000); the driver holds that many "
+        "rows in memory.",
     )
     options: Settings = Field(
         default_factory=dict,
@@ -320,6 +345,7 @@ class WatermarkSpec(_Spec):
     max_rows: int | None = Field(
         default=None,
         ge=1,
+        le=2**31 - 1,  # Spark's LIMIT takes a 32-bit int
         description="hybrid: stop a run after this many new rows; the next run continues "
         "from the exact (timestamp, id) it stopped at.",
     )
@@ -344,6 +370,11 @@ class WatermarkSpec(_Spec):
                 raise ValueError(
                     f"{value!r}: an 'id' watermark looks back a whole number of ids "
                     "(e.g. lookback: 1000)"
+                )
+            if value > ID_LOOKBACK_MAX:
+                raise ValueError(
+                    f"{value}: an id lookback is at most {ID_LOOKBACK_MAX} (ids are 64-bit "
+                    "integers in Spark and Delta); set a smaller one"
                 )
             return value
         return parse_duration(value)
@@ -375,6 +406,11 @@ class WatermarkSpec(_Spec):
 
 
 _RELATIVE_DAY = re.compile(r"today(?:\s*-\s*(\d+)\s*d)?", re.IGNORECASE)
+EARLIEST_START = datetime(1900, 1, 1, tzinfo=timezone.utc)
+"""The earliest ``partitioning.start``: Dagster's partition keys are written with a
+four-digit year (the year 1 is written '1-01-01' and cannot be read back, which broke the
+whole code location), and each day since is a partition every listing of the asset's
+partitions walks."""
 
 
 def relative_day(text: str, now: datetime | None = None) -> datetime:
@@ -387,7 +423,13 @@ def relative_day(text: str, now: datetime | None = None) -> datetime:
         )
     now = now or datetime.now(timezone.utc)
     midnight = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-    return midnight - timedelta(days=int(match.group(1) or 0))
+    days = int(match.group(1) or 0)
+    if days > (midnight - EARLIEST_START).days:
+        raise ValueError(
+            f"{text!r} is before {EARLIEST_START.date().isoformat()}, the earliest start; "
+            "write a later date or a smaller N"
+        )
+    return midnight - timedelta(days=days)
 
 
 class PartitioningSpec(_Spec):
@@ -407,6 +449,7 @@ class PartitioningSpec(_Spec):
     end_offset: int = Field(
         default=0,
         ge=0,
+        le=366,
         description="Extra partitions past the last complete one (1 makes the open "
         "day/hour materializable).",
     )
@@ -423,11 +466,21 @@ class PartitioningSpec(_Spec):
     @field_validator("start")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        value = (
-            value.replace(tzinfo=timezone.utc)
-            if value.tzinfo is None
-            else value.astimezone(timezone.utc)
+        too_early = ValueError(
+            f"{value.date().isoformat()} is before {EARLIEST_START.date().isoformat()}, the "
+            "earliest start (Dagster writes partition keys with four-digit years, and lists "
+            "every partition since the start): set it to the first day of the source's data"
         )
+        try:
+            value = (
+                value.replace(tzinfo=timezone.utc)
+                if value.tzinfo is None
+                else value.astimezone(timezone.utc)
+            )
+        except OverflowError:  # an offset that moves the year 1 out of range
+            raise too_early from None
+        if value < EARLIEST_START:
+            raise too_early
         if value > datetime.now(timezone.utc):
             raise ValueError(
                 f"{value:%Y-%m-%d %H:%M} UTC is in the future: no partition exists before "
@@ -443,9 +496,7 @@ class TargetSpec(_Spec):
     path: str | None = Field(
         default=None, description="Delta table location; defaults to <warehouse.root>/<name>."
     )
-    partition_by: ColumnList = Field(
-        default_factory=list, description="Delta partition columns."
-    )
+    partition_by: ColumnList = Field(default_factory=list, description="Delta partition columns.")
 
 
 class RuleSpec(_Spec):
