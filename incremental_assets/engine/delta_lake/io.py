@@ -123,7 +123,8 @@ def read_files(
 
     The files are read directly, which is exact for tables whose files hold the logical
     columns and every row of them; a table with column mapping or deletion vectors is read
-    through Spark's Delta Lake instead, keeping the rows of the given files."""
+    through Spark's Delta Lake instead, keeping the rows of the given files (each at its
+    ``version``, when the file's dict gives one)."""
     if needs_delta_reader(table):
         return _through_delta(spark, table, files)
     schema = spark_schema(table)
@@ -132,7 +133,7 @@ def read_files(
         files = live_files(table).to_pylist()
     if not files:
         return spark.createDataFrame([], schema)
-    root = table_root(table)
+    root = spark_uri(table_root(table))
     paths = [f"{root}/{unquote(row['path'])}" for row in files]
     if not partition_columns:
         return spark.read.schema(schema).parquet(*paths)
@@ -180,13 +181,25 @@ def needs_delta_reader(table: DeltaTable) -> bool:
 
 
 def _through_delta(spark: SparkSession, table: DeltaTable, files: list[dict] | None) -> DataFrame:
-    rows = (
-        spark.read.format("delta")
-        .option("versionAsOf", table.version())
-        .load(spark_uri(table_root(table)))
-    )
+    """The given files' rows read by Spark's Delta Lake, each at the version given with it
+    (``version``; default the table's), so a file a later OPTIMIZE compacted away is still
+    read as it was, with its deletion vector and column mapping."""
+    uri = spark_uri(table_root(table))
     if files is None:
-        return rows
-    names = sorted({unquote(row["path"]).rsplit("/", 1)[-1] for row in files})
+        return spark.read.format("delta").option("versionAsOf", table.version()).load(uri)
+    by_version: dict[int, set[str]] = {}
+    for row in files:
+        name = unquote(row["path"]).rsplit("/", 1)[-1]
+        by_version.setdefault(int(row.get("version", table.version())), set()).add(name)
     name = F.element_at(F.split(F.col("_metadata.file_path"), "/"), -1)
-    return rows.filter(F.url_decode(name).isin(names) | name.isin(names))
+    frames = []
+    for version, names in sorted(by_version.items()):
+        rows = spark.read.format("delta").option("versionAsOf", version).load(uri)
+        listed = sorted(names)
+        frames.append(rows.filter(F.url_decode(name).isin(listed) | name.isin(listed)))
+    if not frames:
+        return spark.read.format("delta").option("versionAsOf", table.version()).load(uri).limit(0)
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame, allowMissingColumns=True)
+    return out

@@ -45,7 +45,7 @@ class DeltaSource(Source):
         self.table_id = self._table.metadata().id
         self._files = delta_io.live_files(self._table)
         self._uri = delta_io.spark_uri(spec.path)
-        self._added: dict = {}  # path -> AddFile, from added_since
+        self._added: dict[str, delta_log.AddFile] = {}  # by path, from added_since
         try:
             self._df = (
                 spark.read.format("delta").option("versionAsOf", self.version).load(self._uri)
@@ -100,7 +100,9 @@ class DeltaSource(Source):
         adds = [self._added[n] for n in names if not _is_change_data(n)]
         frames = []
         if adds:
-            frames.append(delta_log.read_added(self._spark, self._uri, self.version, adds))
+            # Read alone, each at the version that added it (delta_io.read_files).
+            files = [{"path": a.path, "version": a.version} for a in adds]
+            frames.append(delta_io.read_files(self._spark, self._table, files))
         if versions:
             frames.append(delta_log.read_changes(self._spark, self._uri, versions))
         if not frames:
