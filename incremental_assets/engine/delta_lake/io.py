@@ -162,14 +162,33 @@ def spark_uri(path: str) -> str:
 
 def may_hold(keys: KeySet, listed: int = 1000, alias: str | None = None) -> Column:
     """A filter on the key column (of the table aliased ``alias``, if given) that Delta's
-    data skipping turns into file pruning: the values themselves (up to ``listed`` of
-    them), else their range."""
-    column = F.col(f"{alias}.{quote(keys.column)}" if alias else quote(keys.column))
+    data skipping turns into file pruning (see ``may_hold_sql``)."""
+    return F.expr(may_hold_sql(keys, listed, alias))
+
+
+def may_hold_sql(keys: KeySet, listed: int = 1000, alias: str | None = None) -> str:
+    """A filter on the key column, as SQL text, that Delta's data skipping turns into file
+    pruning: the values themselves (up to ``listed`` of them), else their range."""
+    column = f"{alias}.{quote(keys.column)}" if alias else quote(keys.column)
     if not keys.values:
-        return F.lit(False)
+        return "FALSE"
     if len(keys.values) <= listed:
-        return column.isin(list(keys.values))
-    return column.between(keys.values[0], keys.values[-1])
+        return f"{column} IN ({', '.join(sql_literal(v) for v in keys.values)})"
+    return f"{column} BETWEEN {sql_literal(keys.values[0])} AND {sql_literal(keys.values[-1])}"
+
+
+def sql_literal(value: object) -> str:
+    """A key value as a Spark SQL literal (integers, text, dates)."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return f"{value}L" if not -(2**31) <= value < 2**31 else str(value)
+    if isinstance(value, datetime):
+        raise TypeError("timestamps are not key values of a KeySet")
+    if isinstance(value, date):
+        return f"DATE'{value.isoformat()}'"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
 
 
 def needs_delta_reader(table: DeltaTable) -> bool:

@@ -7,15 +7,15 @@ backfill or loading windows out of order converges to the same table.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine.delta_lake.io import KeySet, may_hold
+from incremental_assets.engine.delta_lake.io import KeySet, may_hold_sql
 from incremental_assets.engine.transforms import ROW_HASH, quote
 
 Deletes = Literal["hard", "soft"]
@@ -23,9 +23,41 @@ Deletes = Literal["hard", "soft"]
 PRESENT = "_ia_present"
 MATCHED = f"t.{PRESENT} IS NOT NULL"
 UNMATCHED = f"t.{PRESENT} IS NULL"
-# A strategy's merge clauses: (the plan, Spark's merge builder, every column as
-# ``s.<column>``), given in Spark's API (``whenMatchedUpdate(condition=, set=)``, ...).
-Clauses = Callable[["MergePlan", DeltaMergeBuilder, dict[str, str]], DeltaMergeBuilder]
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One ``WHEN`` clause of a MERGE: ``matched`` target rows are updated (every column
+    from ``s``) or deleted, ``not_matched`` staged rows inserted, where ``condition``
+    holds (SQL over ``s`` and ``t``)."""
+
+    when: Literal["matched", "not_matched"]
+    action: Literal["update", "delete", "insert"]
+    condition: str | None = None
+
+    def sql(self, columns: Sequence[str]) -> str:
+        head = "WHEN MATCHED" if self.when == "matched" else "WHEN NOT MATCHED"
+        if self.condition:
+            head += f" AND ({self.condition})"
+        names = [quote(c) for c in columns]
+        if self.action == "delete":
+            return f"{head} THEN DELETE"
+        if self.action == "update":
+            return f"{head} THEN UPDATE SET " + ", ".join(f"{n} = s.{n}" for n in names)
+        values = ", ".join(f"s.{n}" for n in names)
+        return f"{head} THEN INSERT ({', '.join(names)}) VALUES ({values})"
+
+
+def update(condition: str | None = None) -> Clause:
+    return Clause("matched", "update", condition)
+
+
+def delete(condition: str | None = None) -> Clause:
+    return Clause("matched", "delete", condition)
+
+
+def insert(condition: str | None = None) -> Clause:
+    return Clause("not_matched", "insert", condition)
 
 
 @dataclass(frozen=True)
@@ -37,7 +69,7 @@ class MergePlan:
     watermark: str
     predicate: str
     newer: str
-    clauses: Clauses
+    clauses: tuple[Clause, ...]
     deletes: Deletes = "hard"
     # Loader columns of a change set that the target does not keep.
     staged_only_columns: tuple[str, ...] = ()
@@ -69,19 +101,44 @@ class MergePlan:
         staged: DataFrame,
         columns: Sequence[str],
         holding: KeySet | None = None,
-    ) -> DeltaMergeBuilder:
-        """Spark's merge of ``staged`` (alias ``s``) into the Delta table at ``path``
-        (alias ``t``), with the strategy's clauses over ``columns``. ``holding`` (the
-        staged rows' first-key values) narrows the target side of the join to the files
-        whose statistics may hold them: without it, Delta's merge reads every file's keys
-        to find the ones it touches."""
-        condition = F.expr(self.predicate)
+        schema_evolution: bool = False,
+    ) -> None:
+        """Merge ``staged`` (alias ``s``) into the Delta table at ``path`` (alias ``t``)
+        with the strategy's clauses over ``columns``. ``holding`` (the staged rows' first-key
+        values) narrows the target side of the join to the files whose statistics may hold
+        them: without it, Delta's merge reads every file's keys to find the ones it
+        touches."""
+        condition = self.predicate
         if holding is not None:
-            condition = may_hold(holding, alias="t") & condition
-        merger = DeltaTable.forPath(spark, path).alias("t").merge(staged.alias("s"), condition)
-        # Every column by name, in backquotes: a name may hold dots or backquotes.
-        every = {quote(c): f"s.{quote(c)}" for c in columns}
-        return self.clauses(self, merger, every)
+            condition = f"{may_hold_sql(holding, alias='t')} AND ({condition})"
+        run_merge(spark, path, staged, condition, self.clauses, columns, schema_evolution)
+
+
+def run_merge(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    condition: str,
+    clauses: Sequence[Clause],
+    columns: Sequence[str],
+    schema_evolution: bool = False,
+) -> None:
+    """``MERGE INTO`` the Delta table at ``path`` (alias ``t``) from ``source`` (alias
+    ``s``), in Delta's SQL: the same statement through a local session, a cluster or Spark
+    Connect (whose clients have no DeltaTable API without Delta's server plugin). The
+    session's settings at the time (``engine.delta_lake.commits.idempotent``) make it an
+    idempotent write with the loader's record."""
+    view = f"ia_merge_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    evolution = " WITH SCHEMA EVOLUTION" if schema_evolution else ""
+    statement = (
+        f"MERGE{evolution} INTO delta.{quote(path)} AS t USING {view} AS s ON {condition} "
+        + " ".join(clause.sql(columns) for clause in clauses)
+    )
+    try:
+        spark.sql(statement)
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 def matching(columns: Sequence[str]) -> str:
@@ -92,7 +149,7 @@ def matching(columns: Sequence[str]) -> str:
 def merge_plan(
     keys: Sequence[str],
     watermark: str,
-    clauses: Clauses,
+    clauses: Callable[[str], Sequence[Clause]],
     *,
     deletes: Deletes = "hard",
     staged_only_columns: tuple[str, ...] = (),
@@ -100,9 +157,10 @@ def merge_plan(
     identity: Sequence[str] | None = None,
     acts: str = "TRUE",
 ) -> MergePlan:
-    """A plan matching target rows by ``identity`` (default: the keys); ``newer`` is the
-    watermark order, ties broken by the larger content hash (an arbitrary but fixed rule,
-    so two versions stamped with the same time converge whatever the order)."""
+    """A plan matching target rows by ``identity`` (default: the keys), with the
+    ``clauses`` given the condition under which a staged row is newer: the watermark
+    order, ties broken by the larger content hash (an arbitrary but fixed rule, so two
+    versions stamped with the same time converge whatever the order)."""
     wm, h = quote(watermark), quote(ROW_HASH)
     newer = f"s.{wm} > t.{wm} OR (s.{wm} = t.{wm} AND s.{h} > t.{h})"
     identity = tuple(identity or keys)
@@ -111,7 +169,7 @@ def merge_plan(
         watermark=watermark,
         predicate=matching(list(identity)),
         newer=newer,
-        clauses=clauses,
+        clauses=tuple(clauses(f"({newer})")),
         deletes=deletes,
         staged_only_columns=staged_only_columns,
         tombstones=tombstones,

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
-from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.errors import AnalysisException
@@ -27,7 +27,14 @@ from pyspark.sql.types import StructType
 from incremental_assets.engine.changes import OP
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
-from incremental_assets.engine.delta_lake.merge_plan import MergePlan, matching
+from incremental_assets.engine.delta_lake.merge_plan import (
+    MergePlan,
+    delete,
+    insert,
+    matching,
+    run_merge,
+    update,
+)
 from incremental_assets.engine.errors import (
     ConcurrentLoadError,
     CursorLostError,
@@ -340,10 +347,10 @@ class DeltaTarget:
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys) if staged_rows else None
         acting = self._acting(spark, staged, plan, staged_path, holding) if staged_rows else None
         if acting is not None:
-            builder = plan.merge(spark, self.spark_path, acting, columns, holding)
-            if add_new_columns:
-                builder = builder.withSchemaEvolution()
-            self._write(lambda: self._merge(spark, builder, record, transaction))
+            merge = partial(
+                plan.merge, spark, self.spark_path, acting, columns, holding, add_new_columns
+            )
+            self._write(lambda: self._merge(spark, merge, record, transaction))
             found = self._committed(record)
             return _result(found["operation_metrics"], found["version"])
         if cursor_after is not None and cursor_after != cursor_before:
@@ -372,10 +379,10 @@ class DeltaTarget:
         return spark.read.parquet(acting_path)
 
     @staticmethod
-    def _merge(spark: SparkSession, builder, record: dict, transaction: dict) -> None:
+    def _merge(spark: SparkSession, merge, record: dict, transaction: dict) -> None:
         app, version = transaction["app_id"], transaction["version"]
         with delta_commits.idempotent(spark, app, version, record, delta_commits.STAGED_SOURCE):
-            builder.execute()
+            merge()
 
     def record(self, spark: SparkSession, metadata: Mapping[str, Any]) -> CommitResult:
         """A commit without data or cursor: ``metadata`` alone in the log (e.g. a landing
@@ -443,27 +450,16 @@ class SideTable:
             delta_commits.append(rows, path, record, options=table_options(rows.columns))
             return
         with delta_commits.idempotent(rows.sparkSession, None, None, record):
-            (
-                SparkDeltaTable.forPath(rows.sparkSession, path)
-                .alias("t")
-                .merge(rows.alias("s"), matching(identity))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            run_merge(rows.sparkSession, path, rows, matching(identity), [insert()], rows.columns)
 
     def delete_matching(
         self, rows: DataFrame, identity: list[str], extra: Mapping[str, Any] | None = None
     ) -> None:
         """Remove the table's rows whose ``identity`` is among ``rows``, in one commit."""
         record = delta_commits.record({"side_table": self.SUFFIX, **(extra or {})})
+        path = self.location.spark_path
         with delta_commits.idempotent(rows.sparkSession, None, None, record):
-            (
-                SparkDeltaTable.forPath(rows.sparkSession, self.location.spark_path)
-                .alias("t")
-                .merge(rows.alias("s"), matching(identity))
-                .whenMatchedDelete()
-                .execute()
-            )
+            run_merge(rows.sparkSession, path, rows, matching(identity), [delete()], rows.columns)
 
 
 class Tombstones(SideTable):
@@ -488,15 +484,9 @@ class Tombstones(SideTable):
             delta_commits.append(deletes, path, record, options=table_options(deletes.columns))
             return count
         wm = quote(watermark)
+        clauses = [update(f"s.{wm} > t.{wm}"), insert()]
         with delta_commits.idempotent(deletes.sparkSession, None, None, record):
-            (
-                SparkDeltaTable.forPath(deletes.sparkSession, path)
-                .alias("t")
-                .merge(deletes.alias("s"), matching(keys))
-                .whenMatchedUpdateAll(condition=f"s.{wm} > t.{wm}")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            run_merge(deletes.sparkSession, path, deletes, matching(keys), clauses, deletes.columns)
         return count
 
 

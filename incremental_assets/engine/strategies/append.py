@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from delta.tables import DeltaMergeBuilder
-
-from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.merge_plan import Clause, MergePlan, insert, merge_plan
 from incremental_assets.engine.strategies.base import Strategy
 
 
@@ -23,7 +21,5 @@ def append_plan(keys: Sequence[str], watermark: str) -> MergePlan:
     return merge_plan(keys, watermark, _insert_new, acts="{unmatched}")
 
 
-def _insert_new(
-    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
-) -> DeltaMergeBuilder:
-    return merger.whenNotMatchedInsert(values=every)
+def _insert_new(newer: str) -> tuple[Clause, ...]:
+    return (insert(),)

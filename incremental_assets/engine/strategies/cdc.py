@@ -5,11 +5,17 @@ tombstone kept beside the table stops older changes from bringing it back) or so
 
 from __future__ import annotations
 
-from delta.tables import DeltaMergeBuilder
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine import changes
-from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.merge_plan import (
+    Clause,
+    MergePlan,
+    delete,
+    insert,
+    merge_plan,
+    update,
+)
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, Tombstones
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
 from incremental_assets.engine.strategies.base import Strategy, Transform
@@ -52,7 +58,7 @@ class Cdc(Strategy):
         return merge_plan(
             spec.keys,
             spec.watermark.column,
-            change_set_clauses,
+            change_set_clauses(deletes),
             deletes=deletes,
             staged_only_columns=(changes.OP,),
             tombstones=deletes == "hard",
@@ -103,20 +109,21 @@ def change_set_acts(deletes: str) -> str:
     return "{unmatched} OR {newer}"
 
 
-def change_set_clauses(
-    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
-) -> DeltaMergeBuilder:
-    """A change set (upserts and deletes by ``_ia_op``), newer changes winning."""
+def change_set_clauses(deletes: str):
+    """A change set's clauses (upserts and deletes by ``_ia_op``), newer changes winning,
+    given the condition that a staged change is newer."""
     is_delete, is_upsert = f"s.{changes.OP} = 'D'", f"s.{changes.OP} = 'U'"
-    if plan.deletes == "hard":
-        return (
-            merger.whenMatchedDelete(condition=f"{is_delete} AND ({plan.newer})")
-            .whenMatchedUpdate(condition=f"{is_upsert} AND ({plan.newer})", set=every)
-            .whenNotMatchedInsert(condition=is_upsert, values=every)
-        )
-    # Soft: the row stays, flagged; it is the tombstone. The delete's own values win (an
-    # image of the row at deletion, or nulls): never blended with older values, so the
-    # result does not depend on the order changes arrive in.
-    return merger.whenMatchedUpdate(condition=plan.newer, set=every).whenNotMatchedInsert(
-        values=every
-    )
+
+    def clauses(newer: str) -> tuple[Clause, ...]:
+        if deletes == "hard":
+            return (
+                delete(f"{is_delete} AND {newer}"),
+                update(f"{is_upsert} AND {newer}"),
+                insert(is_upsert),
+            )
+        # Soft: the row stays, flagged; it is the tombstone. The delete's own values win
+        # (an image of the row at deletion, or nulls): never blended with older values, so
+        # the result does not depend on the order changes arrive in.
+        return (update(newer), insert())
+
+    return clauses

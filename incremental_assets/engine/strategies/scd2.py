@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from delta.tables import DeltaMergeBuilder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from incremental_assets.engine import changes, history, quality, transforms, validation
 from incremental_assets.engine.delta_lake import io as delta_io
-from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.merge_plan import (
+    Clause,
+    MergePlan,
+    delete,
+    insert,
+    merge_plan,
+    update,
+)
 from incremental_assets.engine.delta_lake.store import ChangeLog, DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
@@ -177,14 +183,12 @@ class Scd2(Strategy):
         return max(extracted - fresh, 0)
 
 
-def _versions(
-    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
-) -> DeltaMergeBuilder:
+def _versions(newer: str) -> tuple[Clause, ...]:
     """Versions written where they differ, removed where history no longer has them."""
     return (
-        merger.whenMatchedDelete(condition=f"s.{changes.OP} = 'D'")
-        .whenMatchedUpdate(condition=f"s.{changes.OP} = 'U'", set=every)
-        .whenNotMatchedInsert(condition=f"s.{changes.OP} = 'U'", values=every)
+        delete(f"s.{changes.OP} = 'D'"),
+        update(f"s.{changes.OP} = 'U'"),
+        insert(f"s.{changes.OP} = 'U'"),
     )
 
 

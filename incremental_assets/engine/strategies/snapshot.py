@@ -108,7 +108,7 @@ class Snapshot(Strategy):
         return merge_plan(
             spec.keys,
             spec.watermark.column,
-            change_set_clauses,
+            change_set_clauses(self.options.deletes),
             deletes=self.options.deletes,
             staged_only_columns=(changes.OP, CHANGE),
             acts=change_set_acts(self.options.deletes),

@@ -4,9 +4,13 @@ writes nothing."""
 
 from __future__ import annotations
 
-from delta.tables import DeltaMergeBuilder
-
-from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
+from incremental_assets.engine.delta_lake.merge_plan import (
+    Clause,
+    MergePlan,
+    insert,
+    merge_plan,
+    update,
+)
 from incremental_assets.engine.strategies.base import Strategy
 
 
@@ -22,9 +26,5 @@ class Upsert(Strategy):
         )
 
 
-def _newer_wins(
-    plan: MergePlan, merger: DeltaMergeBuilder, every: dict[str, str]
-) -> DeltaMergeBuilder:
-    return merger.whenMatchedUpdate(condition=plan.newer, set=every).whenNotMatchedInsert(
-        values=every
-    )
+def _newer_wins(newer: str) -> tuple[Clause, ...]:
+    return (update(newer), insert())
