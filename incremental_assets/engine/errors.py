@@ -91,12 +91,26 @@ class MaintenanceError(IncrementalLoadError):
     """Maintenance was refused; nothing was changed by the refused step."""
 
 
-# Not about one table's load: Spark cannot start without the jars; a landing folder that
-# cannot be listed is turned into a SourceNotFoundError by the landing loader.
+# Not about one table's load: Spark cannot start without the jars, or a session keeps a
+# setting the engine needs; a landing folder that cannot be listed is turned into a
+# SourceNotFoundError by the landing loader.
 
 
 class JarsUnavailableError(RuntimeError):
     """Delta Lake's jars could not be found or fetched."""
+
+
+class SessionSettingError(RuntimeError):
+    """A Spark session keeps a setting the engine needs otherwise, after it was set: read
+    back, it still holds ``actual`` where ``key`` must be ``wanted``. Nothing was run."""
+
+    def __init__(self, key: str, actual: str | None, wanted: str, why: str):
+        self.key, self.actual, self.wanted = key, actual, wanted
+        super().__init__(
+            f"the Spark session keeps {key}={actual} after the project set it to {wanted}: "
+            f"{why}. Nothing was run. Fix: set {key}={wanted} in the configuration of the "
+            "cluster or session the project is given, or let the project change it"
+        )
 
 
 class LandingListError(OSError):

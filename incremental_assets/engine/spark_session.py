@@ -4,11 +4,14 @@ tests or as the Dagster resource's session."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import jars
+from incremental_assets.engine.errors import SessionSettingError
 
 # Settings without which results would differ from machine to machine.
 REQUIRED_CONF: dict[str, str] = {
@@ -18,6 +21,22 @@ REQUIRED_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     # Delta partition values are read as text and cast to the table's types.
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    # Spark would otherwise replace ${env:NAME}, ${system:NAME} and ${<setting>} in SQL text
+    # (a rule's check, a path in OPTIMIZE/VACUUM) with the machine's environment
+    # variables, Java system properties and settings: secrets, shown in results and errors.
+    "spark.sql.variable.substitute": "false",
+}
+
+# Why each required setting matters, for the error when a session keeps another value.
+_WHY: dict[str, str] = {
+    "spark.sql.session.timeZone": "time is UTC end to end, never the machine's zone",
+    "spark.sql.parquet.outputTimestampType": "Parquet timestamps are written as UTC "
+    "microseconds, as Arrow and Delta expect them",
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "Delta partition values are "
+    "read as text and cast to the table's types",
+    "spark.sql.variable.substitute": "with it on, Spark substitutes environment variables, "
+    "Java system properties and settings (${env:NAME}, ${system:NAME}, ${spark.<setting>}) "
+    "into SQL text, which could expose a secret of the machine in a result or an error",
 }
 
 # Spark's Delta Lake: DeltaTable, MERGE/OPTIMIZE/VACUUM SQL and format("delta").
@@ -65,6 +84,8 @@ def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSes
         if plan.resolving:
             jars.record(plan, session.sparkContext.getConf().get("spark.jars", ""))
     session.sparkContext.setLogLevel("ERROR")
+    # getOrCreate may hand back a session started elsewhere, with its own settings.
+    ensure_required_conf(session)
     return session
 
 
@@ -82,6 +103,24 @@ def local_session(app_name: str = "incremental-assets", **overrides: str) -> Spa
 
 
 def ensure_required_conf(session: SparkSession) -> None:
-    """Apply the runtime-settable required settings to a session made elsewhere."""
+    """Apply the required settings to a session (one the project started, or one made
+    elsewhere and handed over), then read them back: checked, not assumed.
+
+    Raises:
+        SessionSettingError: the session still holds another value for one of them (a
+            cluster or server that refuses the change); nothing has run on it.
+    """
     for key, value in REQUIRED_CONF.items():
-        session.conf.set(key, value)
+        # A session that refuses the change is reported from the read-back below.
+        with contextlib.suppress(Exception):
+            session.conf.set(key, value)
+    refuse_unapplied({key: session.conf.get(key, None) for key in REQUIRED_CONF})
+
+
+def refuse_unapplied(current: Mapping[str, str | None]) -> None:
+    """Raise SessionSettingError for the first required setting whose ``current`` value (as
+    read back from a session) differs from :data:`REQUIRED_CONF`'s."""
+    for key, wanted in REQUIRED_CONF.items():
+        actual = current.get(key)
+        if actual is None or actual.strip().lower() != wanted.lower():
+            raise SessionSettingError(key, actual, wanted, _WHY[key])
