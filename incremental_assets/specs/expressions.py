@@ -6,6 +6,8 @@ static Java method (``reflect``, ``java_method``), read files, run subqueries ag
 tables, run several statements. So a check is tokenized here and refused when the specs
 load if it holds:
 
+- a ``${`` anywhere, quoted or not: Spark would substitute environment variables, Java
+  system properties and settings into the text before parsing it (specs/sql_text.py);
 - a statement separator (``;``) or a comment (``--``, ``/*``);
 - a subquery or a table reference (SELECT, FROM, TABLE, VALUES, EXISTS, WITH, the pipe
   operator ``|>``);
@@ -26,6 +28,8 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+
+from incremental_assets.specs.sql_text import substitution_refusal
 
 ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
     {
@@ -202,9 +206,15 @@ def tokenize(text: str) -> list[Token]:
     """Split a Spark SQL expression into tokens.
 
     Raises:
-        RuleExpressionError: a statement separator, a comment, an unterminated string or
-            quoted name, or a character Spark SQL expressions do not use.
+        RuleExpressionError: a ``${`` (even inside a string or a quoted name), a statement
+            separator, a comment, an unterminated string or quoted name, or a character
+            Spark SQL expressions do not use.
     """
+    # Spark substitutes ${...} in the raw text before it tokenizes, so quotes do not
+    # protect it: a string '${env:X}' would reach the row as the variable's value.
+    substituted = substitution_refusal(text)
+    if substituted:
+        raise RuleExpressionError(substituted)
     tokens: list[Token] = []
     i, n = 0, len(text)
     while i < n:

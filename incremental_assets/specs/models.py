@@ -53,6 +53,7 @@ from incremental_assets.specs.options import (
     refuse_jdbc_options,
     refuse_secrets,
 )
+from incremental_assets.specs.sql_text import SqlText
 from incremental_assets.specs.strategies import (
     CdcStrategy,
     Scd2Strategy,
@@ -230,10 +231,11 @@ class SourceSpec(_Spec):
         description="Spark reader options, e.g. {header: 'true'} for CSV. No secrets; for "
         "jdbc, none of the options the loader sets (dbtable, query, url, ...).",
     )
-    schema_ddl: str | None = Field(
+    schema_ddl: SqlText | None = Field(
         default=None,
         alias="schema",
-        description="Spark DDL schema for CSV/JSON sources, e.g. 'id BIGINT, ts TIMESTAMP'.",
+        description="Spark DDL schema for CSV/JSON sources, e.g. 'id BIGINT, ts TIMESTAMP' "
+        "(no '${': Spark would substitute environment variables into it).",
     )
     timezone: str = Field(
         default="UTC",
