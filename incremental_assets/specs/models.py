@@ -50,8 +50,11 @@ from incremental_assets.specs.options import (
     OBJECT_STORE_SECRET,
     SPARK_SECRET,
     database_options,
+    jdbc_url_secret,
     refuse_jdbc_options,
+    refuse_secret_values,
     refuse_secrets,
+    refuse_substitution_setting,
 )
 from incremental_assets.specs.sql_text import SqlText
 from incremental_assets.specs.strategies import (
@@ -145,10 +148,12 @@ class ConnectionSpec(_Spec):
             raise ValueError(
                 f"{value!r} is not a JDBC URL; write it like jdbc:postgresql://host:5432/db"
             )
-        if re.search(r"password\s*=", value, re.IGNORECASE):
+        secret = jdbc_url_secret(value)
+        if secret:
+            # The URL is shown in descriptions and errors: no user-info, no secret parameter.
             raise ValueError(
-                "the URL holds a password; remove it and name the environment variable "
-                "that holds it in password_env"
+                f"the URL holds {secret} (the URL is not shown); remove it: name the user in "
+                "user, and the environment variable that holds the password in password_env"
             )
         return value
 
@@ -785,13 +790,15 @@ class SparkSpec(_Spec):
     conf: Settings = Field(
         default_factory=dict,
         description="Extra Spark settings, e.g. spark.jars: /usr/share/java/postgresql.jar. "
-        "No secrets (fs.s3a.secret.key, fs.azure.account.key.*, ...).",
+        "No secrets, by key (fs.s3a.secret.key, fs.azure.account.key.*, "
+        "spark.executorEnv.DB_PW, ...) or in a value (-Ddb.password=..., user:pw@ in a URL).",
     )
 
     @field_validator("conf")
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
-        refuse_secrets(value, SPARK_SECRET)
+        refuse_secret_values(refuse_secrets(value, SPARK_SECRET), SPARK_SECRET)
+        refuse_substitution_setting(value)
         return value
 
 

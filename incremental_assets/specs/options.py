@@ -17,6 +17,17 @@ The key is read word by word (split at ``.``, ``_``, ``-`` and camelCase):
   (``keytab``, ``keystore``, pgjdbc's ``sslkey``: paths of files holding the key). The
   passwords of those stores and files are secrets and are refused.
 
+Words that name a password in few letters (``pw``, ``pass``, ``pswd``) count as secret
+names too: ``spark.executorEnv.DB_PW``. A key whose last word is ``url`` or ``uri`` says
+where something is (``clientCertificateKeyStoreUrl``); a URL's own user and password are
+found in the value instead.
+
+Secrets in values (``spark.conf``, a connection's ``url``, the Dagster resources' config):
+a value is refused when it sets a secret-named property or parameter (``-Ddb.Password=...``
+in ``spark.driver.extraJavaOptions``, ``;password=`` or ``?sslpassword=`` in a URL) or
+holds a URL with a user and password (``scheme://user:pw@host``); a JDBC URL may hold no
+user-info at all. The message names the key, the property or parameter, never the value.
+
 Database options (``source.options`` of a jdbc source, a connection's ``properties``):
 Spark JDBC options that carry SQL or override the connection are refused,
 case-insensitively, since Spark reads options case-insensitively; see ``JDBC_RESERVED``.
@@ -27,12 +38,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "token", "credential")
+_SECRET_WORDS = (
+    "password", "passwd", "passphrase", "passcode", "secret", "token", "credential",
+)  # fmt: skip
 _SECRET_NAMES = frozenset(
     {
         "key",
         "sas",
         "pwd",
+        "pw",
+        "pass",
+        "pswd",
         "apikey",
         "accesskey",
         "accountkey",
@@ -42,8 +58,11 @@ _SECRET_NAMES = frozenset(
     }
 )
 _NOT_THE_SECRET = frozenset(
-    {"provider", "providers", "type", "class", "file", "path", "location", "store", "enabled"}
-)
+    {
+        "provider", "providers", "type", "class", "file", "path", "location", "store",
+        "enabled", "url", "uri",
+    }
+)  # fmt: skip
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 DATABASE_SECRET = (
@@ -55,9 +74,11 @@ OBJECT_STORE_SECRET = (
     "AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY)"
 )
 SPARK_SECRET = (
-    "Spark's object-store connectors read credentials from the environment (e.g. "
-    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3a) or from a Hadoop credential "
-    "provider (hadoop.security.credential.provider.path)"
+    "Spark's settings are shown in the Dagster UI, so secrets reach Spark from the "
+    "environment of the processes running it: its object-store connectors read credentials "
+    "from the environment (e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3a) or "
+    "from a Hadoop credential provider (hadoop.security.credential.provider.path); a "
+    "database's password goes in its connection's password_env"
 )
 
 JDBC_RESERVED: dict[str, tuple[str, str]] = {
@@ -136,3 +157,63 @@ def without_reserved(options: Mapping[str, str]) -> dict[str, str]:
     """``options`` less the reserved JDBC options (refused at load; dropped again where the
     reader is built, so a spec made without validation cannot set them either)."""
     return {k: v for k, v in options.items() if k.lower() not in JDBC_RESERVED}
+
+
+# A property or parameter set inside a value: ``-Dname=`` (Java options), or ``name=``
+# after a start, a space or a URL's separator (``?``, ``&``, ``;``, ``,``).
+_SET_IN_VALUE = re.compile(r"(?:-D|(?<![^\s?&;,]))([A-Za-z_][\w.-]*)\s*=")
+# A URL's user-info: whatever stands between ``//`` and an ``@`` before the host ends.
+_USER_INFO = re.compile(r"//([^/?#;@\s]+)@")
+# Oracle's thin and OCI URLs put the user and password before the ``@``: user/pw@host.
+_ORACLE_USER = re.compile(r"^jdbc:oracle:\w+:([^@/]+/[^@]*)@", re.IGNORECASE)
+
+
+def secret_in_value(value: str) -> str | None:
+    """What in ``value`` is a secret (the property, the parameter, a URL's password),
+    described without the value; None when nothing is."""
+    for match in _SET_IN_VALUE.finditer(value):
+        name = match.group(1)
+        if is_secret_key(name):
+            java = match.group(0).startswith("-D")
+            return f"the {'Java system property' if java else 'parameter'} {name!r}"
+    if any(":" in user for user in _USER_INFO.findall(value)):
+        return "a URL with a user and a password before its '@'"
+    return None
+
+
+def jdbc_url_secret(url: str) -> str | None:
+    """What in a JDBC URL is a secret or may hold one (see :func:`secret_in_value`); a
+    JDBC URL may name no user either: the connection's ``user`` and ``password_env`` do."""
+    if _USER_INFO.search(url) or _ORACLE_USER.match(url):
+        return "a user (and perhaps a password) before the host's '@'"
+    return secret_in_value(url)
+
+
+def refuse_secret_values(options: Mapping[str, str], instead: str) -> Mapping[str, str]:
+    """``options`` unchanged, or ValueError naming each key whose value holds a secret and
+    what the secret is (never the value), and where the secret goes (``instead``)."""
+    found = [(k, what) for k, v in options.items() if (what := secret_in_value(str(v)))]
+    if found:
+        listed = "; ".join(f"{key!r} sets {what}" for key, what in found)
+        raise ValueError(
+            f"{listed}: secrets are never written in tables.yaml (the value is not shown); "
+            f"remove {'them' if len(found) > 1 else 'it'}: {instead}"
+        )
+    return options
+
+
+SUBSTITUTION_SETTING = "spark.sql.variable.substitute"
+"""Kept off in every session the project uses (engine/spark_session.py REQUIRED_CONF)."""
+
+
+def refuse_substitution_setting(conf: Mapping[str, str]) -> Mapping[str, str]:
+    """``conf`` unchanged, or ValueError when it sets ``spark.sql.variable.substitute``:
+    the project turns it off whatever the spec says, so a spec setting it is refused
+    rather than silently overridden."""
+    if any(key.strip().lower() == SUBSTITUTION_SETTING for key in conf):
+        raise ValueError(
+            f"{SUBSTITUTION_SETTING!r}: the project keeps variable substitution off in every "
+            "Spark session (with it on, Spark substitutes environment variables, Java system "
+            "properties and settings into SQL text: ${env:NAME}, ...); remove it"
+        )
+    return conf
