@@ -15,6 +15,7 @@ from incremental_assets.dagster_layer.maintenance import (
     maintenance_schedule,
 )
 from incremental_assets.dagster_layer.pools import pool_aware_executor
+from incremental_assets.dagster_layer.resource_config import refuse_literal_secrets
 from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_resource
 from incremental_assets.demo.invoice_assets import refined_layers
 from incremental_assets.specs import ProjectSpec
@@ -52,18 +53,21 @@ def build_definitions(
         jobs.append(maintenance)
         schedules.append(maintenance_schedule(maintenance))
     late = [late_rows_check(project, spec) for spec in project.tables if checks_late_rows(spec)]
+    resources = {
+        "spark": spark_resource(project.spark),
+        "warehouse": DeltaWarehouse(options=dict(project.warehouse.storage_options)),
+        "databases": DatabaseConnections(),
+        **(resources or {}),
+    }
+    # What the UI shows of them holds no secret (see resource_config.py).
+    refuse_literal_secrets(resources)
     return dg.Definitions(
         assets=assets,
         asset_checks=late,
         jobs=jobs,
         schedules=schedules,
         sensors=sensors,
-        resources={
-            "spark": spark_resource(project.spark),
-            "warehouse": DeltaWarehouse(options=dict(project.warehouse.storage_options)),
-            "databases": DatabaseConnections(),
-            **(resources or {}),
-        },
+        resources=resources,
         # Spark parallelizes inside a step; one process per run keeps one Spark session.
         # A dead run's pool slot is freed before the steps wait for it (dagster_layer/pools.py).
         executor=pool_aware_executor,

@@ -15,9 +15,11 @@ class DatabaseConnections(dg.ConfigurableResource):
 
     A connection not named here reads its password from its ``password_env`` variable
     when the run starts (the default: nothing to configure), so a missing variable fails
-    only the tables of that connection. Give a password here to take it from elsewhere (a
-    secret store, another variable): it is kept as a SecretStr and never written to run
-    config, logs, messages or metadata.
+    only the tables of that connection. Give a password here to take it from another
+    variable (one a secret store fills, say), as ``dg.EnvVar``: the UI and run config show
+    only the variable's name, and the definitions refuse a password written as a literal,
+    which they would show (dagster_layer/resource_config.py). At run time it is kept as a
+    SecretStr and never written to logs, messages or metadata.
 
     Example:
         .. code-block:: python
@@ -27,7 +29,8 @@ class DatabaseConnections(dg.ConfigurableResource):
 
     passwords: dict[str, str] = Field(
         default_factory=dict,
-        description="Connection name -> password; pass dg.EnvVar('NAME') values.",
+        description="Connection name -> password, as dg.EnvVar('NAME') (a literal is "
+        "refused: the UI would show it).",
     )
 
     def bind(self, spec: TableSpec) -> TableSpec:
