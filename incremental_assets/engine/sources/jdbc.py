@@ -298,8 +298,7 @@ class JdbcSource(Source):
         if timestamps:
             # Spark parses timestamp bounds in the session zone, which is UTC.
             return tuple(  # type: ignore[return-value]
-                (_EPOCH + timedelta(microseconds=int(row[k]))).strftime("%Y-%m-%d %H:%M:%S.%f")
-                for k in ("lo", "hi")
+                _sql_time(_EPOCH + timedelta(microseconds=int(row[k]))) for k in ("lo", "hi")
             )
         return str(row["lo"]), str(row["hi"])
 
@@ -423,13 +422,19 @@ def sql_literal(value: object) -> str:
     them); zone-less wall-clock values do not."""
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            return "'" + to_utc(value).strftime("%Y-%m-%d %H:%M:%S.%f") + "+00:00'"
-        return "'" + value.strftime("%Y-%m-%d %H:%M:%S.%f") + "'"
+            return "'" + _sql_time(to_utc(value)) + "+00:00'"
+        return "'" + _sql_time(value) + "'"
     if isinstance(value, date):
         return f"'{value.isoformat()}'"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "'" + str(value).replace("'", "''") + "'"
     return str(value)
+
+
+def _sql_time(value: datetime) -> str:
+    """``YYYY-MM-DD HH:MM:SS.ffffff`` with a four-digit year: strftime's ``%Y`` writes year
+    1 as ``1``, and PostgreSQL reads '1-01-02' as 2002-01-01."""
+    return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
 def _quoter(url: str):
