@@ -48,6 +48,16 @@ class TargetOwnedError(IncrementalLoadError):
     """The target's Delta log holds another table's loads."""
 
 
+class SourceSwitchedError(IncrementalLoadError):
+    """The table's source is not the one its last load (or accepted rewind) read: another
+    database, table, path or format. ``recorded`` and ``current`` are the two identities."""
+
+    def __init__(self, table: str, recorded: str, current: str, message: str, fix: str):
+        self.recorded = recorded
+        self.current = current
+        super().__init__(table, message, fix)
+
+
 class DeleteGuardError(IncrementalLoadError):
     """A run would delete more of the target than its strategy allows (a vanished source).
     ``report`` holds the numbers (engine.guards.GuardReport)."""

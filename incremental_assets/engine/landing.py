@@ -49,6 +49,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from incremental_assets.engine import staging
 from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.commits import SOURCE_IDENTITY
 from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, SideTable
 from incremental_assets.engine.errors import LandingListError, SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
@@ -60,6 +61,8 @@ from incremental_assets.engine.landing_folder import (
 )
 from incremental_assets.engine.landing_schema import csv_header, read_schema
 from incremental_assets.engine.load.result import LoadResult
+from incremental_assets.engine.sources import source_class
+from incremental_assets.engine.sources.identity import check_unchanged
 from incremental_assets.engine.strategies.append import append_plan
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.windows import LoadRequest
@@ -262,7 +265,9 @@ def load_landing(
 
     Raises:
         SourceNotFoundError: the landing folder does not exist, or cannot be listed.
+        SourceSwitchedError: the table was loaded from another folder or format.
     """
+    identity = _checked_identity(spec, target)
     source_path = str(spec.source.path)
     folder = LandingFolder(source_path, target.storage_options)
     if not folder.exists():
@@ -315,11 +320,12 @@ def load_landing(
         rows_read, commit = 0, None
         if any(n for _, n in good):
             rows_read = _stage_increment(spark, raw_path, loaded, local, started, increment_path)
-            commit = _commit(spark, spec, target, increment_path, good, run_id, partition_label)
+            metadata = _files_metadata(good, run_id, partition_label, identity)
+            commit = _commit(spark, spec, target, increment_path, metadata)
         elif good and target.exists():
             # Versions without rows (a file rewritten empty): a commit that only lists
             # them, so silver drops the lines of their earlier versions.
-            commit = target.record(spark, _files_metadata(good, run_id, partition_label))
+            commit = target.record(spark, _files_metadata(good, run_id, partition_label, identity))
         crash_point("after_commit")
         load = {"version": commit.version} if commit and commit.version is not None else None
         FileIndex(target).record(
@@ -345,6 +351,24 @@ def load_landing(
         rows_read=rows_read,
         commit=commit,
     )
+
+
+def _checked_identity(spec: TableSpec, target: DeltaTarget) -> str:
+    """The landing folder's identity (its format and location), refused before anything
+    is written, the file index included, when bronze was loaded from another one."""
+    kind = source_class(spec.name, spec.source)
+    identity = kind.identity_of(spec.source)
+    if target.exists():
+        state = target.state("timestamp")
+        check_unchanged(
+            spec.name,
+            state.source_identity,
+            state.source_identity_version,
+            identity,
+            fields=kind.identity_fields,
+            rewindable=False,
+        )
+    return identity
 
 
 def _landing(spec: TableSpec) -> LandingSpec:
@@ -489,9 +513,7 @@ def _commit(
     spec: TableSpec,
     target: DeltaTarget,
     increment_path: str,
-    good: list[tuple[LandedFile, int]],
-    run_id: str,
-    partition_label: str,
+    metadata: dict,
 ) -> CommitResult:
     """Merge the rows insert-if-absent on (file, version, row), listing the files (those
     without rows too) in the same commit's metadata."""
@@ -503,7 +525,7 @@ def _commit(
         append_plan(list(FILE_KEYS), INGESTED_AT),
         cursor_before=None,
         cursor_after=None,
-        metadata=_files_metadata(good, run_id, partition_label),
+        metadata=metadata,
         partition_by=list(spec.target.partition_by),
         # The read schema passed landing_schema's checks: a column bronze lacks is one the
         # spec declares or on_schema_change allows.
@@ -511,13 +533,16 @@ def _commit(
     )
 
 
-def _files_metadata(good: list[tuple[LandedFile, int]], run_id: str, partition_label: str):
+def _files_metadata(
+    good: list[tuple[LandedFile, int]], run_id: str, partition_label: str, identity: str
+) -> dict:
     return {
         "run_id": run_id,
         "partition": partition_label,
         "mode": "landing",
         "files": [[f.path, f.version, n] for f, n in good],
         "files_loaded": len(good),
+        SOURCE_IDENTITY: identity,
     }
 
 

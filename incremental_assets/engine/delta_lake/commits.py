@@ -28,6 +28,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 KEY = "incremental_assets"
+# The record's entry for what a load read, or a rewind accepted (engine/sources/identity.py).
+SOURCE_IDENTITY = "source_identity"
 # The session settings that make Delta's next DML command (MERGE, UPDATE, DELETE) an
 # idempotent write with commit metadata; DataFrame writes take the same as options.
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"

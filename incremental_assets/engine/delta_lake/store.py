@@ -53,6 +53,9 @@ from incremental_assets.engine.watermarks import (
 # The commit sequence that stands for "reset" in tables written by earlier releases, which
 # kept the cursor itself as the transaction version.
 NO_CURSOR = -(2**63)
+# The newest commits read for a table's state; older ones only when these lack what is
+# looked for.
+_RECENT_COMMITS = 20
 # The columns Delta refuses in a table without column mapping.
 _NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
@@ -76,6 +79,10 @@ class TargetState:
     table: DeltaTable | None = None
     # The version of the table's idempotent-write transaction: its commit sequence.
     sequence: int | None = None
+    # What the newest load or rewind that recorded a source read or accepted, and its
+    # Delta version (None: loads of earlier releases, which recorded none).
+    source_identity: str | None = None
+    source_identity_version: int | None = None
 
     @property
     def next_sequence(self) -> int:
@@ -135,11 +142,16 @@ class DeltaTarget:
             return TargetState(exists=False)
         table = self.open()
         sequence = table.transaction_version(app_id(self.table_name))
-        commits = self.cursor_commits(table, limit=20)
+        recent = _RECENT_COMMITS
+        commits = self.cursor_commits(table, limit=recent)
         if not any("cursor_after" in c for c in commits) or all("rewind" in c for c in commits):
-            commits = self.cursor_commits(table)
+            commits, recent = self.cursor_commits(table), None
         last_load = next((c for c in commits if "rewind" not in c), {})
         self._check_owner(last_load)
+        source = _recorded_source(commits)
+        if source is None and recent is not None and table.version() >= recent:
+            # Older commits may hold it (replays and other commits record none).
+            source = _recorded_source(self.cursor_commits(table))
         return TargetState(
             exists=True,
             version=table.version(),
@@ -148,6 +160,8 @@ class DeltaTarget:
             last_load=last_load,
             table=table,
             sequence=sequence,
+            source_identity=source[0] if source else None,
+            source_identity_version=source[1] if source else None,
         )
 
     def _cursor(
@@ -509,6 +523,16 @@ class ChangeLog(SideTable):
                 options={"mergeSchema": "true", **table_options(changes.columns)},
             )
         return rows
+
+
+def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:
+    """The source identity of the newest of ``commits`` (newest first) that records one,
+    and its Delta version."""
+    for commit in commits:
+        identity = commit.get(delta_commits.SOURCE_IDENTITY)
+        if identity:
+            return str(identity), int(commit["version"])
+    return None
 
 
 def acting_rows_path(staged_path: str) -> str:

@@ -8,6 +8,7 @@ import os
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import late_files, quality
+from incremental_assets.engine.delta_lake.commits import SOURCE_IDENTITY
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, TargetState
 from incremental_assets.engine.faults import crash_point
@@ -35,9 +36,11 @@ def commit(
     extracted: Extract,
     out_of_range: OutOfRange | None,
     ledger: late_files.FileLedger | None = None,
+    source_identity: str | None = None,
 ) -> CommitResult:
     """Record the side tables, then commit the staged increment with the new cursor and
-    the run's metadata."""
+    the run's metadata (with ``source_identity``, what the run read: the next run's source
+    must be the same, see engine/sources/identity.py)."""
     spec = strategy.spec
     _record_beside_target(spark, strategy, target, extracted)
     crash_point("before_commit")
@@ -58,6 +61,7 @@ def commit(
             "cursor_before": format_value(window.cursor_before),
             "cursor_after": format_value(window.cursor_after),
             "watermark_kind": spec.watermark.kind,
+            **({SOURCE_IDENTITY: source_identity} if source_identity else {}),
             "rows_extracted": extracted.rows_extracted,
             "rows_staged": extracted.rows_staged,
             "partition_high_water": format_value(extracted.partition_high_water),

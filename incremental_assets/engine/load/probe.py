@@ -11,7 +11,8 @@ from pyspark.sql import SparkSession
 from incremental_assets.engine import late_files, validation
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
-from incremental_assets.engine.sources import Source, open_source
+from incremental_assets.engine.sources import Source, source_class
+from incremental_assets.engine.sources.identity import check_unchanged
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
@@ -38,12 +39,22 @@ def probe(
     request: LoadRequest,
     source_storage: Mapping[str, str] | None = None,
 ) -> Probe:
-    """Open the source, check its columns, read the cursor from the target's Delta log,
-    plan the window and capture the source's high-water mark (as the strategy reads)."""
+    """Read the cursor from the target's Delta log, check that the source is the one the
+    table was loaded from, open it, check its columns, plan the window and capture the
+    source's high-water mark (as the strategy reads)."""
     strategy = strategy_for(spec)
-    source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
-    validation.check_source_columns(spec, source.read([]).transform(strategy.shape()).schema)
     state = target.state(spec.watermark.kind)
+    kind = source_class(spec.name, spec.source)
+    check_unchanged(
+        spec.name,
+        state.source_identity,
+        state.source_identity_version,
+        kind.identity_of(spec.source),
+        fields=kind.identity_fields,
+        rewindable=not strategy.reads_whole_source,
+    )
+    source = kind.open(spark, spec.name, spec.source, dict(source_storage or {}))
+    validation.check_source_columns(spec, source.read([]).transform(strategy.shape()).schema)
     clock = source.clock()
     window = strategy.plan_window(source, state, request, clock)
     ledger = None

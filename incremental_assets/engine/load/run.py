@@ -93,6 +93,7 @@ def run_load(
                 extracted,
                 probed.out_of_range,
                 probed.ledger,
+                source.identity,
             )
         hook("committed")
         by_partition = {}

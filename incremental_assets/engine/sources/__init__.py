@@ -26,8 +26,8 @@ SOURCES: dict[str, type[Source]] = {
 """The source class of each ``source.format``."""
 
 
-def open_source(spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
-    """``table``'s source for one run, of the class registered for its format."""
+def source_class(table: str, spec: SourceSpec) -> type[Source]:
+    """The source class registered for ``spec``'s format."""
     kind = SOURCES.get(spec.format)
     if kind is None:
         raise IncrementalLoadError(
@@ -35,7 +35,20 @@ def open_source(spark: SparkSession, table: str, spec: SourceSpec, storage: dict
             f"source.format '{spec.format}' is not a kind of source the engine reads.",
             f"set source.format to one of: {', '.join(sorted(SOURCES))}",
         )
-    return kind.open(spark, table, spec, storage)
+    return kind
 
 
-__all__ = ["SOURCES", "DeltaSource", "FileSource", "JdbcSource", "Source", "open_source"]
+def open_source(spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
+    """``table``'s source for one run, of the class registered for its format."""
+    return source_class(table, spec).open(spark, table, spec, storage)
+
+
+__all__ = [
+    "SOURCES",
+    "DeltaSource",
+    "FileSource",
+    "JdbcSource",
+    "Source",
+    "open_source",
+    "source_class",
+]

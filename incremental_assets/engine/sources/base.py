@@ -57,6 +57,8 @@ class Source(ABC):
     version: int | None = None
     # Delta sources: the table's id, which a table dropped and created again changes.
     table_id: str | None = None
+    # The spec fields that choose what ``identity_of`` names, for the fix of a refusal.
+    identity_fields = "source.path and source.format"
 
     def __init__(self, table: str, spec: SourceSpec):
         self.table = table
@@ -67,6 +69,18 @@ class Source(ABC):
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
         """Open ``table``'s source for one run (``storage``: the object-store options, for
         the kinds that read them)."""
+
+    @classmethod
+    @abstractmethod
+    def identity_of(cls, spec: SourceSpec) -> str:
+        """What a source of this kind with ``spec`` reads, as one line without credentials
+        (sources/identity.py): known from the spec alone, so a switched source is refused
+        before it is opened."""
+
+    @property
+    def identity(self) -> str:
+        """What this source reads (see ``identity_of``); each load records it."""
+        return self.identity_of(self.spec)
 
     @property
     @abstractmethod

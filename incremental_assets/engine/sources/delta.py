@@ -14,6 +14,7 @@ from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.sources import delta_log
 from incremental_assets.engine.sources.base import Additions, Source, first_line
+from incremental_assets.engine.sources.identity import location_identity
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.specs import SourceSpec
 
@@ -27,6 +28,12 @@ class DeltaSource(Source):
     @classmethod
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
         return cls(spark, table, spec, storage)
+
+    @classmethod
+    def identity_of(cls, spec: SourceSpec) -> str:
+        # The path, not the table's id: a table created again in place is the same source
+        # (read whole by the next run, see engine/late_files.py).
+        return location_identity("delta", str(spec.path))
 
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec, storage: dict):
         super().__init__(table, spec)

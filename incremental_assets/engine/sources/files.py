@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.sources.base import Source, SourceFile, first_line
+from incremental_assets.engine.sources.identity import location_identity
 from incremental_assets.engine.unreadable import source_file_error
 from incremental_assets.specs import SourceSpec
 
@@ -24,6 +25,10 @@ class FileSource(Source):
     @classmethod
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
         return cls(spark, table, spec)
+
+    @classmethod
+    def identity_of(cls, spec: SourceSpec) -> str:
+        return location_identity(spec.format, str(spec.path))
 
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
         super().__init__(table, spec)

@@ -47,6 +47,7 @@ from incremental_assets.engine.errors import (
 )
 from incremental_assets.engine.predicates import Part, Range
 from incremental_assets.engine.sources.base import Source
+from incremental_assets.engine.sources.identity import database_identity
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
     WatermarkValue,
@@ -76,10 +77,18 @@ class JdbcSource(Source):
     """One table of a database, opened once per run (its schema is read at open)."""
 
     remote = True
+    identity_fields = "source.connection (its url) and source.table"
 
     @classmethod
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
         return cls(spark, table, spec)
+
+    @classmethod
+    def identity_of(cls, spec: SourceSpec) -> str:
+        connection = spec.connection
+        if not isinstance(connection, ConnectionSpec):
+            return f"jdbc connection {connection!r} table {spec.table}"  # refused at open
+        return database_identity(connection.url, spec.table or "", connection.properties)
 
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
         super().__init__(table, spec)
