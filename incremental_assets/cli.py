@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from incremental_assets.terminal import printable
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except (CliError, IncrementalLoadError, SpecError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): send the rest of the output nowhere.
@@ -84,18 +86,30 @@ def _parser() -> argparse.ArgumentParser:
     rewind = commands.add_parser(
         "rewind",
         help="move a table's watermark back (or reset it) so the next run re-extracts from "
-        "there; recorded in the Delta history with who and why",
+        "there, or accept the source the spec names now; recorded in the Delta history with "
+        "who and why",
     )
     rewind.add_argument("table")
-    to = rewind.add_mutually_exclusive_group(required=True)
+    to = rewind.add_mutually_exclusive_group()
     to.add_argument(
         "--to",
         metavar="VALUE",
         help="the new watermark: an ISO-8601 time for timestamp watermarks (no zone: UTC), "
-        "an integer for id and sequence watermarks, TIME|ID for hybrid ones",
+        "an integer for id and sequence watermarks, TIME|ID for hybrid ones; a value the "
+        "next run cannot read from (past the lookback's reach of the first or last instant "
+        "or 64-bit integer) is refused",
     )
     to.add_argument(
-        "--reset", action="store_true", help="no watermark: reload from partitioning.start"
+        "--reset",
+        action="store_true",
+        help="no watermark: reload from partitioning.start (from the source the spec names now)",
+    )
+    rewind.add_argument(
+        "--accept-source",
+        action="store_true",
+        help="the spec names another source than the table was loaded from (a new database, "
+        "table, folder or Delta path): accept it; alone, the watermark is kept and the next "
+        "run goes on from it (also for snapshot and landing tables); with --to, from there",
     )
     rewind.add_argument("--reason", required=True, help="why, kept in the Delta history")
     rewind.add_argument("--by", help="who asks (default: the OS user)")
@@ -193,7 +207,7 @@ def _free_slots(args: argparse.Namespace) -> int:
             )
         freed = free(instance, args.run_id, f"Marked failed by {_os_user()} (free-slots).")
     pools = f" of pool {', '.join(freed)}" if freed else ""
-    print(f"run {args.run_id}: marked failed; {len(freed)} slot(s){pools} freed")
+    print(printable(f"run {args.run_id}: marked failed; {len(freed)} slot(s){pools} freed"))
     return 0
 
 
@@ -415,22 +429,30 @@ def _status(args: argparse.Namespace) -> int:
     for s in statuses:
         rows.append(_status_row(s, len(header)))
         if s.error:
-            notes.append(f"* {s.table}: unreadable: {s.error}")
+            notes.append(f"* {s.table}: unreadable: {printable(s.error)}")
         if s.rewind is not None:
-            r = s.rewind
-            what = (
-                f"reset (was {r.cursor_before})"
-                if r.cursor_after == "-"
-                else f"rewound from {r.cursor_before} to {r.cursor_after}"
-            )
-            notes.append(
-                f"* {s.table}: {what} at {_text(r.time)} by {r.by}: {r.reason}; the next "
-                "run starts there"
-            )
+            notes.append(f"* {s.table}: {_rewind_note(s.rewind)}")
     print(_aligned([header, *rows]))
     for note in notes:
         print(note)
     return failed
+
+
+def _rewind_note(r) -> str:
+    """A rewind newer than the last run, one line: who and why are typed text, escaped."""
+    if r.operation == "accept-source":
+        what = f"source {printable(str(r.source))} accepted"
+        if r.source_before:
+            what += f" (was {printable(r.source_before)})"
+        starts = "the next run reads it"
+    else:
+        what = (
+            f"reset (was {r.cursor_before})"
+            if r.cursor_after == "-"
+            else f"rewound from {r.cursor_before} to {r.cursor_after}"
+        )
+        starts = "the next run starts there"
+    return f"{what} at {_text(r.time)} by {printable(r.by)}: {printable(r.reason)}; {starts}"
 
 
 def _status_row(s, columns: int) -> tuple[str, ...]:
@@ -463,25 +485,42 @@ def _status_row(s, columns: int) -> tuple[str, ...]:
 
 
 def _rewind(args: argparse.Namespace) -> int:
-    from incremental_assets.engine.operations import rewind
+    from incremental_assets.engine.operations import accept_source, rewind
 
+    if args.to is None and not args.reset and not args.accept_source:
+        raise CliError(
+            f"rewind {args.table}: say what to do: --to VALUE (move the watermark back), "
+            "--reset (reload from partitioning.start) or --accept-source (accept the source "
+            "the spec names now)"
+        )
     project = _project(args.tables)
     spec = _table(project, args.table)
-    result = rewind(
-        spec,
-        _target(project, spec),
-        None if args.reset else args.to,
-        by=args.by or _os_user(),
-        reason=args.reason,
-        spark=_spark(project, "incremental-assets-rewind"),
-    )
-    action = "reset" if result.cursor_after is None else "rewound"
-    print(
-        f"{result.table}: watermark {action} {_text(result.cursor_before)} -> "
-        f"{_text(result.cursor_after)} in Delta version {result.version}, by {result.by}: "
-        f"{result.reason}"
-    )
-    print(f"The next run of {result.table} reads {result.next_run_reads}.")
+    who = {"by": args.by or _os_user(), "reason": args.reason}
+    spark = _spark(project, "incremental-assets-rewind")
+    target = _target(project, spec)
+    if args.accept_source and args.to is None and not args.reset:
+        result = accept_source(spec, target, spark=spark, **who)
+        print(
+            f"{result.table}: source {printable(result.source)} accepted (was "
+            f"{printable(result.source_before or '-')}) in Delta version {result.version}, "
+            f"by {printable(result.by)}: {printable(result.reason)}; watermark kept at "
+            f"{_text(result.cursor_after)}"
+        )
+    else:
+        to = None if args.reset else args.to
+        result = rewind(spec, target, to, spark=spark, accept_source=args.accept_source, **who)
+        action = "reset" if result.cursor_after is None else "rewound"
+        print(
+            f"{result.table}: watermark {action} {_text(result.cursor_before)} -> "
+            f"{_text(result.cursor_after)} in Delta version {result.version}, by "
+            f"{printable(result.by)}: {printable(result.reason)}"
+        )
+        if result.source_before:
+            print(
+                f"Source {printable(result.source)} accepted (was "
+                f"{printable(result.source_before)})."
+            )
+    print(f"The next run of {result.table} reads {printable(result.next_run_reads)}.")
     return 0
 
 
@@ -508,7 +547,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
         return 0
-    print(f"{plan.table}, partition {plan.partition} ({plan.mode}); nothing is written")
+    print(printable(f"{plan.table}, partition {plan.partition} ({plan.mode}); nothing is written"))
     lines = [
         ("watermark", f"{plan.cursor_before} -> {plan.cursor_after}"),
         ("high-water", f"{plan.high_water} (the source's, captured now)"),
@@ -533,10 +572,15 @@ def _explain(args: argparse.Namespace) -> int:
             lines.append(("", f"... {len(plan.target_files) - 5} more (--json lists all)"))
         if plan.note:
             lines.append(("", plan.note))
+    _print_lines(lines)
+    return 0
+
+
+def _print_lines(lines: list[tuple[str, str]]) -> None:
+    """Labelled lines, each value escaped: paths and windows come from specs and logs."""
     width = max(len(label) for label, _ in lines)
     for label, text in lines:
-        print(f"  {label:<{width}}  {text}")
-    return 0
+        print(f"  {label:<{width}}  {printable(str(text))}")
 
 
 def _explain_landing(spec, target, as_json: bool) -> int:
@@ -546,7 +590,11 @@ def _explain_landing(spec, target, as_json: bool) -> int:
     if as_json:
         print(json.dumps(plan.to_json(), indent=2))
         return 0
-    print(f"{plan.table}, landing folder {plan.folder}; listed only, nothing is read or written")
+    print(
+        printable(
+            f"{plan.table}, landing folder {plan.folder}; listed only, nothing is read or written"
+        )
+    )
     wait = f"settling (read once {plan.settle} old"
     wait += f" and <file>{plan.marker} exists)" if plan.marker else ")"
     size = sum(f.size for f in plan.pending)
@@ -559,9 +607,7 @@ def _explain_landing(spec, target, as_json: bool) -> int:
         lines.append(("", f"... {len(plan.pending) - 10} more (--json lists all)"))
     lines.append(("waiting", f"{len(plan.waiting)} {wait}"))
     lines += [("", f.path) for f in plan.waiting[:5]]
-    width = max(len(label) for label, _ in lines)
-    for label, text in lines:
-        print(f"  {label:<{width}}  {text}")
+    _print_lines(lines)
     return 0
 
 
@@ -675,10 +721,12 @@ def _bytes(size: int) -> str:
 
 
 def _aligned(rows: list[tuple]) -> str:
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    """Columns lined up; each cell escaped (incremental_assets/terminal.py), so a value
+    from the log cannot break the table's lines."""
+    cells = [[printable(str(v)) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     return "\n".join(
-        "  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
     )
 
 

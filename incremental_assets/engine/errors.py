@@ -58,6 +58,11 @@ class SourceSwitchedError(IncrementalLoadError):
         super().__init__(table, message, fix)
 
 
+class CursorRangeError(IncrementalLoadError):
+    """The table's cursor lies outside the values a run can read from (set by a rewind of
+    an earlier release)."""
+
+
 class DeleteGuardError(IncrementalLoadError):
     """A run would delete more of the target than its strategy allows (a vanished source).
     ``report`` holds the numbers (engine.guards.GuardReport)."""

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.engine import late_files, validation
+from incremental_assets.engine import cursor_range, late_files, validation
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.sources import Source, source_class
@@ -53,6 +53,7 @@ def probe(
         fields=kind.identity_fields,
         rewindable=not strategy.reads_whole_source,
     )
+    cursor_range.check_cursor(spec, state.cursor)
     source = kind.open(spark, spec.name, spec.source, dict(source_storage or {}))
     validation.check_source_columns(spec, source.read([]).transform(strategy.shape()).schema)
     clock = source.clock()
