@@ -175,12 +175,15 @@ def _parser() -> argparse.ArgumentParser:
 
     free_slots = commands.add_parser(
         "free-slots",
-        help="mark a run that died holding a table's pool slot as failed and free its slots "
-        "(on the instance in DAGSTER_HOME), so the table's next run can proceed",
-        description="A run killed inside its step (SIGKILL, out of memory, a lost machine) "
-        "keeps its pool slot. The project's runs free such a slot themselves when the dead "
-        "run's worker was on this host; this command does it for a run whose worker was "
-        "elsewhere. It refuses a run whose worker still runs on this host.",
+        help="mark a run that died holding, handed or queued for a table's pool slot as "
+        "failed and remove it from the pools (on the instance in DAGSTER_HOME), so the "
+        "table's next run can proceed",
+        description="A run killed inside its step or while waiting for its slot (SIGKILL, "
+        "out of memory, a lost machine) stays in its pool's books: holding the slot, handed "
+        "it, or queued for it. The project's runs remove such a run themselves when its "
+        "worker was on this host; this command does it for a run whose worker was "
+        "elsewhere, and says how many slots and queue places it freed. It refuses a run "
+        "whose worker still runs on this host.",
     )
     free_slots.add_argument("run_id", help="the run named by the waiting run's warning")
     return parser
@@ -192,7 +195,8 @@ def _parser() -> argparse.ArgumentParser:
 def _free_slots(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    from incremental_assets.dagster_layer.pools import WORKER_TAG, free, worker_alive
+    from incremental_assets.dagster_layer.pools import free
+    from incremental_assets.dagster_layer.workers import WORKER_TAG, worker_alive
 
     _instance_home("free-slots")
     with dg.DagsterInstance.get() as instance:
@@ -206,12 +210,14 @@ def _free_slots(args: argparse.Namespace) -> int:
                 "(or wait for it) instead of freeing its slots"
             )
         freed = free(instance, args.run_id, f"Marked failed by {_os_user()} (free-slots).")
-    pools = f" of pool {', '.join(freed)}" if freed else ""
-    print(printable(f"run {args.run_id}: marked failed; {len(freed)} slot(s){pools} freed"))
+    status = "marked failed" if freed.marked_failed else "had already ended"
+    print(printable(f"run {args.run_id}: {status}; {freed.describe()}"))
     return 0
 
 
 def _holds_slots(instance, run_id: str) -> bool:
+    """Whether ``run_id`` is in a pool's books (Dagster lists a run with a claimed slot
+    among its queued steps too)."""
     return run_id in instance.event_log_storage.get_concurrency_run_ids()
 
 

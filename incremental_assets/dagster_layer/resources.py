@@ -10,6 +10,7 @@ from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
+from incremental_assets.dagster_layer.workers import record_worker
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.spark_session import (
     ensure_required_conf,
@@ -50,6 +51,11 @@ class DeltaWarehouse(dg.ConfigurableResource):
         "object-store warehouse).",
     )
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # Names an in-process run's process, as the Spark resource does, for steps that
+        # take the warehouse without Spark.
+        record_worker(context.instance, context.run_id)
+
     def storage_options(self) -> dict[str, str]:
         options = self.storage.str_dict()
         options.pop("provider", None)
@@ -64,6 +70,10 @@ class DeltaSparkResource(PySparkResource):
     and its jars from the cache (fetched once; see engine/jars.py)."""
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # A run executed in process by Dagster's own executor (dg.materialize) reaches no
+        # project code before its steps queue for their pool slots but this set-up: name
+        # its process now, so a run killed while queued is known dead (dagster_layer/pools.py).
+        record_worker(context.instance, context.run_id)
         self._spark_session = start_session(dict(self.spark_config))
 
 
