@@ -262,3 +262,9 @@ class DaemonContext:
 
     def __init__(self, instance: dg.DagsterInstance):
         self.instance = instance
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) the process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

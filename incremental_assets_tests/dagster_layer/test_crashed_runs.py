@@ -18,7 +18,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -27,7 +26,7 @@ from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
 from incremental_assets.cli import main as cli
 from incremental_assets.dagster_layer.pools import WORKER_TAG
-from incremental_assets_tests.dagster_homes import POOL, DaemonContext, Home
+from incremental_assets_tests.dagster_homes import POOL, DaemonContext, Home, cpu_seconds
 
 
 @pytest.fixture
@@ -83,9 +82,9 @@ def test_a_live_holder_is_waited_for_with_a_warning_until_sigterm(home):
         assert f"incremental-assets free-slots {run.run_id}" in out
         # The wait sleeps: a few seconds of it cost the waiting process little CPU.
         pid = waiting.process.pid
-        cpu = _cpu_seconds(pid)
+        cpu = cpu_seconds(pid)
         time.sleep(5)
-        assert _cpu_seconds(pid) - cpu < 1.0
+        assert cpu_seconds(pid) - cpu < 1.0
         os.killpg(pid, signal.SIGTERM)
         assert waiting.finish(timeout=30) != 0
         assert home.holders() == {run.run_id}  # the live holder keeps its slot
@@ -108,8 +107,3 @@ def test_free_slots_refuses_a_live_worker_and_frees_a_dead_one(home, monkeypatch
     assert home.holders() == set()
     assert home.run_of("holds").status == dg.DagsterRunStatus.FAILURE
     assert run.tags.get(WORKER_TAG)
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
