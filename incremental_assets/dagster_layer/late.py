@@ -72,12 +72,11 @@ def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefi
         session = spark_session(spark)
         run_spec = databases.bind(spec)
         target = warehouse.target(project, spec)
-        latest = partitions.get_last_partition_key()
         found = None
         if ledger:
             found = late_files.pending(session, run_spec, target, warehouse.storage_options())
             if found is not None and (found.rows or _exact(found.ledger)):
-                return _unread_files(spec, found, latest)
+                return _unread_files(spec, found, partitions)
             if found is None and spec.source.format != "delta":
                 return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
         unchecked = _unchecked(found.ledger) if found is not None else ""
@@ -151,7 +150,26 @@ def _unchecked(ledger: late_files.FileLedger) -> str:
     )
 
 
-def _unread_files(spec: TableSpec, found: late_files.Pending, latest) -> dg.AssetCheckResult:
+def launch_command(
+    table: str, late: tuple[str, ...], partitions: dg.TimeWindowPartitionsDefinition
+) -> str:
+    """The ``dg launch`` that loads late rows now: a run of their own partition, or one
+    run over the range from the first to the last (a range is one run, as the assets'
+    backfill policy is single-run, and re-reads those partitions whole). Every run reads
+    the unread files whatever its partition, so naming the late rows' own partitions also
+    re-reads their windows; keys outside the partitions (rows before the start) leave the
+    latest partition, whose run reads the files too."""
+    keys = [key for key in late if partitions.has_partition_key(key)]
+    if not keys:
+        keys = [partitions.get_last_partition_key() or ""]
+    if len(keys) == 1:
+        return f"dg launch --assets {table} --partition {keys[0]}"
+    return f"dg launch --assets {table} --partition-range {keys[0]}...{keys[-1]}"
+
+
+def _unread_files(
+    spec: TableSpec, found: late_files.Pending, partitions: dg.TimeWindowPartitionsDefinition
+) -> dg.AssetCheckResult:
     unchecked = _unchecked(found.ledger)
     if found.rows == 0:
         return dg.AssetCheckResult(
@@ -166,7 +184,7 @@ def _unread_files(spec: TableSpec, found: late_files.Pending, latest) -> dg.Asse
         description=f"{found.rows} row(s) at or below the cursor wait in "
         f"{len(found.files)} file(s) no load has read ({names}), in partition(s) "
         f"{', '.join(found.partitions)}. The next run of {spec.name} reads them; to load "
-        f"them now: dg launch --assets {spec.name} --partition {latest}"
+        f"them now: {launch_command(spec.name, found.partitions, partitions)}"
         f"{'. Also: ' + unchecked if unchecked else ''}",
         metadata={
             "rows_late_waiting": found.rows,

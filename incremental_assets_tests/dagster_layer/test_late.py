@@ -130,3 +130,39 @@ def test_a_delta_rewrite_without_change_feed_is_checked_by_counts_and_named(tmp_
         assert "delta.enableChangeDataFeed = true" in waiting.description
         project.materialize(instance, partition_range=("2026-01-01", "2026-01-02"))  # backfill
         assert _check_only(project, instance).passed
+
+
+def test_the_late_rows_checks_command_names_the_late_rows_own_partitions(tmp_path):
+    """The fix command launches the partitions the late rows belong to (their partition
+    column), not the latest partition: one partition by itself, several as one run over
+    their range; running the command as written loads them, and the check passes."""
+    project = Project(tmp_path, FEED_YAML)
+    folder = ParquetFolder(tmp_path / "feed")
+    with dg.instance_for_test() as instance:
+        folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 5, at(4, 1))))
+        project.materialize(instance, partition="2026-01-04")
+
+        folder.drop(feed((3, "c", "I", 3, at(2, 1))))
+        waiting = _check_only(project, instance)
+        assert not waiting.passed
+        assert waiting.description.endswith(
+            "to load them now: dg launch --assets orders --partition 2026-01-02"
+        )
+        project.materialize(instance, partition="2026-01-02")  # the command, as written
+        assert _check_only(project, instance).passed
+
+        folder.drop(feed((4, "d", "I", 2, at(1, 5)), (1, "a2", "U", 4, at(3, 2))))
+        waiting = _check_only(project, instance)
+        assert not waiting.passed
+        assert "in partition(s) 2026-01-01, 2026-01-03" in waiting.description
+        assert waiting.description.endswith(
+            "dg launch --assets orders --partition-range 2026-01-01...2026-01-03"
+        )
+        project.materialize(instance, partition_range=("2026-01-01", "2026-01-03"))
+        assert _check_only(project, instance).passed
+        assert rows(project.target, "id", "name", "lsn") == [
+            (1, "a2", 4),
+            (2, "b", 5),
+            (3, "c", 3),
+            (4, "d", 2),
+        ]
