@@ -82,6 +82,15 @@ class SourceAccessError(IncrementalLoadError):
     """The database refused the login or the read (password, privileges, missing driver)."""
 
 
+class ConnectionSettingError(SourceAccessError):
+    """The connection's settings do not fit the database (SSL mode, certificates, driver
+    parameters): a retry cannot help; ``setting`` names what to change."""
+
+    def __init__(self, table: str, setting: str, message: str, fix: str):
+        self.setting = setting
+        super().__init__(table, message, fix)
+
+
 class UnreadableFileError(IncrementalLoadError):
     """A source file cannot be read; ``path`` names it (None when Spark did not say)."""
 

@@ -51,10 +51,12 @@ from incremental_assets.specs.options import (
     SPARK_SECRET,
     database_options,
     jdbc_url_secret,
+    refuse_class_loading,
     refuse_jdbc_options,
     refuse_secret_values,
     refuse_secrets,
     refuse_substitution_setting,
+    url_parameters,
 )
 from incremental_assets.specs.sql_text import SqlText
 from incremental_assets.specs.strategies import (
@@ -155,6 +157,7 @@ class ConnectionSpec(_Spec):
                 f"the URL holds {secret} (the URL is not shown); remove it: name the user in "
                 "user, and the environment variable that holds the password in password_env"
             )
+        refuse_class_loading(url_parameters(value))
         return value
 
     @field_validator("properties")

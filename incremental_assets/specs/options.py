@@ -31,6 +31,15 @@ user-info at all. The message names the key, the property or parameter, never th
 Database options (``source.options`` of a jdbc source, a connection's ``properties``):
 Spark JDBC options that carry SQL or override the connection are refused,
 case-insensitively, since Spark reads options case-insensitively; see ``JDBC_RESERVED``.
+
+Driver parameters that make the JDBC driver load a Java class named in the spec, or run
+code the server sends, are refused in those mappings and in a connection's ``url`` (its
+``?a=1&b=2`` or ``;a=1`` parameters) alike: ``socketFactory``, ``sslfactory``,
+``queryInterceptors``, ``autoDeserialize``, ... (``JDBC_CLASS_LOADING``, and any name
+ending in ``factory``, ``factoryarg``, ``interceptor(s)``, ``callback``, ``verifier``,
+``classname`` or ``plugin(s)``). The class would be instantiated on the driver and every
+executor, so a spec could run any code on the classpath; and a class that is missing made
+the driver's failure read as "no JDBC driver".
 """
 
 from __future__ import annotations
@@ -113,6 +122,75 @@ JDBC_RESERVED: dict[str, tuple[str, str]] = {
 """Spark JDBC options a spec may not set (lower case -> (name, what to use instead))."""
 
 
+_NO_CLASS = "remove it: a spec may not name Java classes for the driver to load"
+JDBC_CLASS_LOADING: dict[str, str] = {
+    name.lower(): instead
+    for name, instead in (
+        (
+            "socketFactory",
+            "remove it: reach the database at the URL's host and port (run a tunnel or "
+            "proxy outside Spark); for TLS set sslmode",
+        ),
+        ("socketFactoryArg", "remove it, with socketFactory"),
+        (
+            "sslfactory",
+            "remove it: set sslmode (e.g. verify-full) and sslrootcert (the CA's file); "
+            "sslcert and sslkey for a client certificate",
+        ),
+        ("sslfactoryarg", "remove it: name the CA's file in sslrootcert"),
+        ("sslhostnameverifier", "remove it: sslmode verify-full checks the host name"),
+        ("sslpasswordcallback", _NO_CLASS),
+        ("authenticationPluginClassName", _NO_CLASS),
+        ("authenticationPlugins", _NO_CLASS),
+        ("defaultAuthenticationPlugin", _NO_CLASS),
+        ("clientInfoProvider", _NO_CLASS),
+        ("propertiesTransform", _NO_CLASS),
+        ("autoDeserialize", "remove it: it deserializes Java objects the server sends"),
+        ("allowLoadLocalInfile", "remove it: it lets the server read local files"),
+        ("allowUrlInLocalInfile", "remove it: it lets the server read local files and URLs"),
+    )
+}
+"""Driver parameters refused as unsafe (lower case -> what to do instead); see the module."""
+_CLASS_LOADING_ENDINGS = (
+    "factory",
+    "factoryarg",
+    "interceptor",
+    "interceptors",
+    "callback",
+    "verifier",
+    "classname",
+    "plugin",
+    "plugins",
+)
+_URL_PARAMETER = re.compile(r"[?&;]\s*([^=&;?\s]+)\s*=")
+
+
+def url_parameters(url: str) -> list[str]:
+    """The names of a JDBC URL's parameters: ``?a=1&b=2`` (PostgreSQL, MySQL) and
+    ``;a=1`` (SQL Server, DB2, H2)."""
+    return _URL_PARAMETER.findall(url)
+
+
+def loads_classes(key: str) -> bool:
+    """Whether a driver parameter named ``key`` loads a class or runs code (see module)."""
+    lower = key.strip().lower()
+    return lower in JDBC_CLASS_LOADING or lower.endswith(_CLASS_LOADING_ENDINGS)
+
+
+def refuse_class_loading(keys: list[str]) -> None:
+    """ValueError naming each driver parameter in ``keys`` that loads a class or runs code
+    (see module), with what to do instead."""
+    refused = [k for k in keys if loads_classes(k)]
+    if refused:
+        listed = "; ".join(
+            f"{k!r}: {JDBC_CLASS_LOADING.get(k.strip().lower(), _NO_CLASS)}" for k in refused
+        )
+        raise ValueError(
+            "unsafe JDBC driver parameter(s): the driver would load a Java class (or run "
+            f"code) that the spec names, on every Spark machine: {listed}"
+        )
+
+
 def is_secret_key(key: str) -> bool:
     """Whether an option named ``key`` holds a secret (see module docstring)."""
     words = [w.lower() for w in _WORDS.findall(key)]
@@ -136,7 +214,8 @@ def refuse_secrets(options: Mapping[str, str], instead: str) -> Mapping[str, str
 
 def refuse_jdbc_options(options: Mapping[str, str]) -> Mapping[str, str]:
     """``options`` unchanged, or ValueError naming each Spark JDBC option that carries SQL
-    or overrides the connection, and what to use instead."""
+    or overrides the connection, or driver parameter that loads a class, and what to use
+    instead."""
     refused = [(k, JDBC_RESERVED[k.lower()]) for k in options if k.lower() in JDBC_RESERVED]
     if refused:
         listed = "; ".join(f"{key!r} ({name}): {instead}" for key, (name, instead) in refused)
@@ -144,6 +223,7 @@ def refuse_jdbc_options(options: Mapping[str, str]) -> Mapping[str, str]:
             "the loader sets these JDBC options itself, and a spec may not send SQL or "
             f"override the connection through them: {listed}"
         )
+    refuse_class_loading(list(options))
     return options
 
 

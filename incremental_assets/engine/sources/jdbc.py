@@ -39,6 +39,7 @@ from pyspark.sql.types import (
 
 from incremental_assets.engine import predicates, transforms
 from incremental_assets.engine.errors import (
+    ConnectionSettingError,
     IncrementalLoadError,
     SchemaMismatchError,
     SourceAccessError,
@@ -57,7 +58,7 @@ from incremental_assets.engine.watermarks import (
 from incremental_assets.specs import SourceSpec
 from incremental_assets.specs.identifiers import parse_table, render_table
 from incremental_assets.specs.models import ConnectionSpec
-from incremental_assets.specs.options import without_reserved
+from incremental_assets.specs.options import loads_classes, url_parameters, without_reserved
 
 DEFAULT_FETCH_SIZE = 10_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -70,6 +71,20 @@ _TRANSIENT_TEXT = re.compile(
     r"|terminating connection|an i/o error occurred|connection reset|broken pipe"
     r"|the database system is (starting up|shutting down)",
     re.IGNORECASE,
+)
+# Failures of the connection's SSL settings, not of the network: a retry meets the same.
+_SSL_FAILURES = (
+    ("no_ssl", re.compile(r"does not support SSL", re.IGNORECASE)),
+    ("ssl_only", re.compile(r"no encryption|SSL (connection )?(is )?required", re.IGNORECASE)),
+    ("mode", re.compile(r"invalid sslmode", re.IGNORECASE)),
+    (
+        "certificate",
+        re.compile(
+            r"root certificate|hostnameverifier|could not be verified|PKIX|certification path"
+            r"|SSLHandshakeException",
+            re.IGNORECASE,
+        ),
+    ),
 )
 
 
@@ -94,6 +109,7 @@ class JdbcSource(Source):
         super().__init__(table, spec)
         self._spark = spark
         self.connection = _connection(table, spec)
+        _refuse_class_loading(table, self.connection, spec)
         self._password = _password(table, self.connection)
         self._quote = _quoter(self.connection.url)
         self.relation = _relation(table, spec, self._quote)
@@ -483,6 +499,27 @@ def _connection(table: str, spec: SourceSpec) -> ConnectionSpec:
     return spec.connection
 
 
+def _refuse_class_loading(table: str, connection: ConnectionSpec, spec: SourceSpec) -> None:
+    """Driver parameters that load a class (refused when the specs load) refused again
+    here, before anything is sent, for a spec built without validation."""
+    places = (
+        (f"the url of connection '{connection.name}'", url_parameters(connection.url)),
+        (f"the properties of connection '{connection.name}'", list(connection.properties)),
+        ("source.options", list(spec.options)),
+    )
+    for where, keys in places:
+        for key in keys:
+            if loads_classes(key):
+                raise ConnectionSettingError(
+                    table,
+                    key,
+                    f"the JDBC parameter '{key}' in {where} makes the driver load a Java "
+                    "class the spec names, on every Spark machine; it is refused.",
+                    "remove it (for TLS set sslmode and sslrootcert in the connection's "
+                    "properties); nothing was sent to the database",
+                )
+
+
 def _password(table: str, connection: ConnectionSpec) -> str | None:
     if connection.password is not None:
         return connection.password.get_secret_value()
@@ -519,7 +556,7 @@ def explain_failure(
     )
     state, detail = _sql_failure(exc)
     detail = _redact(detail, password)
-    if _missing_driver(exc):
+    if _missing_driver(exc, connection.driver if connection else None):
         driver = connection.driver if connection and connection.driver else "the JDBC driver"
         return SourceAccessError(
             table,
@@ -528,6 +565,9 @@ def explain_failure(
             "and put its jar on Spark's classpath: spark.conf in tables.yaml, spark.jars: "
             "/path/driver.jar or spark.jars.packages: <maven coordinates>",
         )
+    ssl = _ssl_failure(detail)
+    if ssl is not None:
+        return _ssl_error(table, where, ssl, detail, connection, spec)
     if state.startswith("28"):
         env = connection.password_env if connection else None
         user = connection.user if connection else None
@@ -571,6 +611,71 @@ def explain_failure(
         f"{where} failed while {doing} {spec.table}: {detail}.",
         "see the database's message; correct the table spec or the database",
     )
+
+
+def _ssl_failure(detail: str) -> str | None:
+    """Which SSL setting the database's message says is wrong (see ``_SSL_FAILURES``)."""
+    for kind, pattern in _SSL_FAILURES:
+        if pattern.search(detail):
+            return kind
+    return None
+
+
+def _ssl_error(
+    table: str,
+    where: str,
+    kind: str,
+    detail: str,
+    connection: ConnectionSpec | None,
+    spec: SourceSpec,
+) -> ConnectionSettingError:
+    """An SSL mismatch between the connection's settings and the server, named as such:
+    a configuration error, not a lost connection (no retry can cure it)."""
+    mode = _ssl_mode(connection, spec)
+    if kind == "no_ssl":
+        message = f"{where} does not offer SSL, and the connection's {mode} requires it"
+        fix = (
+            "enable SSL on the database server, or, on a network you trust, set sslmode: "
+            "prefer (or disable) in the connection's properties"
+        )
+    elif kind == "ssl_only":
+        message = (
+            f"{where} accepts only SSL connections, and the connection's {mode} does not use SSL"
+        )
+        fix = (
+            "set sslmode: verify-full (with sslrootcert: the CA's certificate file) or "
+            "require in the connection's properties"
+        )
+    elif kind == "mode":
+        message = f"{where}: the connection's {mode} is not an SSL mode"
+        fix = (
+            "set sslmode to one of disable, allow, prefer, require, verify-ca, verify-full "
+            "in the connection's properties"
+        )
+    else:
+        message = f"{where} sent a certificate the connection's {mode} does not accept"
+        fix = (
+            "name the CA's certificate file in the connection's sslrootcert property, and "
+            "use the host name the certificate names in the url (sslmode verify-ca does not "
+            "check the host)"
+        )
+    return ConnectionSettingError(
+        table, "sslmode", f"{message} ({detail}); not retried.", fix + "; nothing was committed"
+    )
+
+
+def _ssl_mode(connection: ConnectionSpec | None, spec: SourceSpec) -> str:
+    """The sslmode (or ssl) setting in effect and where it is set, as text."""
+    places = [("source.options", spec.options)]
+    if connection is not None:
+        query = dict(re.findall(r"[?&;]\s*([^=&;?\s]+)\s*=([^&;]*)", connection.url))
+        places = [("properties", connection.properties), ("url", query), *places]
+    for name in ("sslmode", "ssl"):
+        for place, settings in places:
+            for key, value in settings.items():
+                if key.strip().lower() == name:
+                    return f"{name} '{value}' (in its {place})"
+    return "sslmode (not set: the driver's default, prefer)"
 
 
 @contextmanager
@@ -632,9 +737,13 @@ def _sql_failure(exc: BaseException) -> tuple[str, str]:
     return "", _first_line(match.group(1) if match else text)
 
 
-def _missing_driver(exc: BaseException) -> bool:
+def _missing_driver(exc: BaseException, driver: str | None) -> bool:
+    """No driver for the URL, or the driver class itself missing (another missing class,
+    such as one a driver parameter names, is not a missing driver)."""
     text = str(exc)
-    return "ClassNotFoundException" in text or "No suitable driver" in text
+    if "No suitable driver" in text:
+        return True
+    return bool(driver) and re.search(rf"ClassNotFoundException: {re.escape(driver)}\b", text)
 
 
 def _first_line(text: str) -> str:
