@@ -44,7 +44,12 @@ from incremental_assets.specs.landing import (
     LandingSpec,
 )
 from incremental_assets.specs.locations import reserved_suffix
-from incremental_assets.specs.names import ColumnList, ColumnName
+from incremental_assets.specs.names import (
+    ColumnList,
+    ColumnName,
+    short_table_name,
+    short_target_folder,
+)
 from incremental_assets.specs.options import (
     DATABASE_SECRET,
     OBJECT_STORE_SECRET,
@@ -508,6 +513,11 @@ class TargetSpec(_Spec):
     )
     partition_by: ColumnList = Field(default_factory=list, description="Delta partition columns.")
 
+    @field_validator("path")
+    @classmethod
+    def _leaves_room_for_side_tables(cls, value: str | None) -> str | None:
+        return short_target_folder(value)
+
 
 class RuleSpec(_Spec):
     """A data-quality rule: a Spark SQL boolean expression every row should satisfy."""
@@ -586,6 +596,11 @@ class TableSpec(_Spec):
         default="fail",
         description="What a new source column does: fail the run, or add it to the target.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _fits_file_names(cls, value: str) -> str:
+        return short_table_name(value)
 
     @field_validator("name")
     @classmethod

@@ -1,4 +1,5 @@
-"""Column names a spec may use: plain identifiers.
+"""Names a spec may use: plain identifiers for columns, and table names short enough for
+the folders named after them.
 
 A column a spec names (keys, watermark, partition and strategy columns) ends up in Spark
 expressions, Delta merge predicates, statistics look-ups and asset checks. A dot reads as a
@@ -18,6 +19,8 @@ import re
 from typing import Annotated
 
 from pydantic import AfterValidator
+
+from incremental_assets.specs.locations import SIDE_TABLES
 
 # Letters (any script), digits and '_', not starting with a digit; '$' as SQL Server's CDC
 # columns (__$operation) use it.
@@ -52,3 +55,42 @@ def distinct_columns(columns: list[str] | None) -> list[str] | None:
 
 ColumnList = Annotated[list[ColumnName], AfterValidator(distinct_columns)]
 """Columns the spec names, each once (see module docstring)."""
+
+
+NAME_BYTES = 255
+"""The longest file or folder name (bytes) that ext4, XFS, APFS and NTFS accept."""
+# The longest names derived from a table's: its side table <name>__source_file_stamps, and
+# a quarantine replay's staging folder ia-replay-<name>-<pid>-<8 random>, pids of up to 10
+# digits (Dagster's pool incremental_assets_<name> and the like are shorter). A round
+# limit below both leaves room for names the loader derives later.
+_DERIVED = max(2 + max(len(s) for s in SIDE_TABLES), len("ia-replay-") + 1 + 10 + 1 + 8)
+MAX_TABLE_NAME = 200
+assert MAX_TABLE_NAME + _DERIVED <= NAME_BYTES
+
+
+def short_table_name(value: str) -> str:
+    """``value``, or ValueError when folders named after it would pass ``NAME_BYTES``."""
+    if len(value.encode()) > MAX_TABLE_NAME:
+        raise ValueError(
+            f"is {len(value.encode())} characters long; a table name has at most "
+            f"{MAX_TABLE_NAME}: the loader names folders after it (the side table "
+            "<name>__source_file_stamps, the staging folder ia-<name>-<pid>-...) and a file "
+            f"system allows {NAME_BYTES} bytes per name. Choose a shorter name"
+        )
+    return value
+
+
+def short_target_folder(path: str | None) -> str | None:
+    """``path``, or ValueError when its last folder name leaves no room for the side tables'
+    ``__<suffix>`` within ``NAME_BYTES``."""
+    if path is None:
+        return path
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    room = NAME_BYTES - 2 - max(len(s) for s in SIDE_TABLES)
+    if len(last.encode()) > room:
+        raise ValueError(
+            f"its last folder name is {len(last.encode())} bytes long; at most {room} leave "
+            f"room for the side tables beside it (<folder>__source_file_stamps) within the "
+            f"{NAME_BYTES} bytes a file system allows per name. Choose a shorter folder name"
+        )
+    return path
