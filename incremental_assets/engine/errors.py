@@ -107,6 +107,16 @@ class UnreadableLogError(IncrementalLoadError):
         super().__init__(table, message, fix)
 
 
+class DiskFullError(IncrementalLoadError):
+    """A disk the run writes to is full: ``location`` is ``target``, ``staging`` or
+    ``spill`` (Spark's local folder), ``path`` the folder on it. Nothing was committed."""
+
+    def __init__(self, table: str, location: str, path: str, message: str, fix: str):
+        self.location = location
+        self.path = path
+        super().__init__(table, message, fix)
+
+
 class OperationError(IncrementalLoadError):
     """An operation on a table was refused; nothing was written."""
 

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine import late_files, staging
 from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.disk_full import naming_full_disks
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.load.commit import commit
 from incremental_assets.engine.load.probe import probe
@@ -44,8 +45,23 @@ def run_load(
     passes it; tests use it to change the source mid-run.
 
     Raises:
-        IncrementalLoadError: bad source, schema or rows; nothing is committed.
+        IncrementalLoadError: bad source, schema or rows, or a full disk (DiskFullError);
+            nothing is committed.
     """
+    staging_parent = staging_dir or staging.beside(target.path)
+    with naming_full_disks(spark, spec.name, target.path, staging_parent):
+        return _run_load(spark, spec, target, request, source_storage, staging_parent, hook)
+
+
+def _run_load(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    request: LoadRequest,
+    source_storage: Mapping[str, str] | None,
+    staging_dir: str | None,
+    hook: Hook | None,
+) -> LoadResult:
     hook = hook or (lambda _phase: None)
     phase = Phases()
     started = time.perf_counter()
@@ -73,7 +89,7 @@ def run_load(
             late_unchecked=_unchecked(probed.ledger),
         )
 
-    stage_root = staging.create(spec.name, staging_dir or staging.beside(target.path))
+    stage_root = staging.create(spec.name, staging_dir)
     try:
         with phase("extract"), naming_source_files(spec.name, source_path):
             extracted = extract(
