@@ -51,6 +51,7 @@ from incremental_assets.engine import staging
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.commits import SOURCE_IDENTITY
 from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, SideTable
+from incremental_assets.engine.disk_full import naming_full_disks
 from incremental_assets.engine.errors import LandingListError, SourceNotFoundError
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.landing_folder import (
@@ -565,18 +566,21 @@ def run_landing_load(
     staging_dir: str | None = None,
 ) -> LoadResult:
     """``run_load`` for a landing table: every pending file whatever the partition (the
-    partition labels the run; bronze rows are cut by ingestion time)."""
+    partition labels the run; bronze rows are cut by ingestion time). A full disk is a
+    DiskFullError, as in ``run_load``."""
     started = time.perf_counter()
     clock = datetime.now(timezone.utc)
-    report = load_landing(
-        spark,
-        spec,
-        target,
-        run_id=request.run_id,
-        partition_label=request.partition_label,
-        staging_dir=staging_dir,
-        now=clock,
-    )
+    staging_parent = staging_dir or staging.beside(target.path)
+    with naming_full_disks(spark, spec.name, target.path, staging_parent):
+        report = load_landing(
+            spark,
+            spec,
+            target,
+            run_id=request.run_id,
+            partition_label=request.partition_label,
+            staging_dir=staging_dir,
+            now=clock,
+        )
     commit = report.commit
     committed = bool(commit and commit.committed)
     return LoadResult(
