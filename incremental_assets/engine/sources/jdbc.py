@@ -743,7 +743,9 @@ def _missing_driver(exc: BaseException, driver: str | None) -> bool:
     text = str(exc)
     if "No suitable driver" in text:
         return True
-    return bool(driver) and re.search(rf"ClassNotFoundException: {re.escape(driver)}\b", text)
+    if not driver:
+        return False
+    return re.search(rf"ClassNotFoundException: {re.escape(driver)}\b", text) is not None
 
 
 def _first_line(text: str) -> str:
