@@ -66,7 +66,8 @@ def full_disk_error(
     }
     named = [k for k, path in candidates.items() if path and _names(text, path)]
     if named:
-        location = named[0]
+        # The most specific folder named (the staging folder may sit in Spark's /tmp).
+        location = max(named, key=lambda k: len(candidates[k] or ""))
     else:
         local = {k: _free(p) for k, p in candidates.items() if p is not None}
         known = {k: free for k, free in local.items() if free is not None}
