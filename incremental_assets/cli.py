@@ -683,13 +683,11 @@ def _table(project, name: str):
 
 
 def _spark(project, app_name: str):
-    """A local Spark session with the project's settings (as the Dagster resource has)."""
-    from incremental_assets.engine.spark_session import local_session
+    """A Spark session with the project's settings (as the Dagster resource has)."""
+    from incremental_assets.engine.spark.settings import project_conf
+    from incremental_assets.engine.spark_session import start_session
 
-    overrides = dict(project.spark.conf)
-    if project.spark.master and not os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER"):
-        overrides["spark.master"] = project.spark.master
-    return local_session(app_name, **overrides)
+    return start_session(project_conf(project), app_name)
 
 
 def _target(project, spec):

@@ -54,7 +54,7 @@ def build_definitions(
         schedules.append(maintenance_schedule(maintenance))
     late = [late_rows_check(project, spec) for spec in project.tables if checks_late_rows(spec)]
     resources = {
-        "spark": spark_resource(project.spark),
+        "spark": spark_resource(project),
         "warehouse": DeltaWarehouse(options=dict(project.warehouse.storage_options)),
         "databases": DatabaseConnections(),
         **(resources or {}),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Union
 
 import dagster as dg
@@ -12,12 +11,9 @@ from pydantic import Field
 
 from incremental_assets.dagster_layer.workers import record_worker
 from incremental_assets.engine.delta_lake.store import DeltaTarget
-from incremental_assets.engine.spark_session import (
-    ensure_required_conf,
-    spark_conf,
-    start_session,
-)
-from incremental_assets.specs import ProjectSpec, SparkSpec, TableSpec
+from incremental_assets.engine.spark.settings import project_conf
+from incremental_assets.engine.spark_session import ensure_required_conf, start_session
+from incremental_assets.specs import ProjectSpec, TableSpec
 
 StorageConfig = Union[LocalConfig, S3Config, AzureConfig, GcsConfig]
 
@@ -77,17 +73,10 @@ class DeltaSparkResource(PySparkResource):
         self._spark_session = start_session(dict(self.spark_config))
 
 
-def spark_resource(settings: SparkSpec | None = None) -> PySparkResource:
-    """dagster-pyspark's resource with the settings the engine needs (UTC, Parquet
-    timestamps). The master is ``INCREMENTAL_ASSETS_SPARK_MASTER``, else ``spark.master``
-    of tables.yaml, else ``local[*]``."""
-    settings = settings or SparkSpec()
-    overrides = dict(settings.conf)
-    if settings.master:
-        overrides["spark.master"] = settings.master
-    if os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER"):
-        overrides["spark.master"] = os.environ["INCREMENTAL_ASSETS_SPARK_MASTER"]
-    return DeltaSparkResource(spark_config=spark_conf(overrides))
+def spark_resource(project: ProjectSpec) -> PySparkResource:
+    """dagster-pyspark's resource with the project's Spark settings (see
+    engine/spark/settings.py: master, connectors, s3a, and the ones the engine needs)."""
+    return DeltaSparkResource(spark_config=project_conf(project))
 
 
 def spark_session(resource: PySparkResource):

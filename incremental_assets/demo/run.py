@@ -42,7 +42,7 @@ from incremental_assets.demo.simulator import day as simulator_day
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
-from incremental_assets.engine.spark_session import local_session, start_session
+from incremental_assets.engine.spark_session import start_session
 from incremental_assets.specs import ProjectSpec, TableSpec, load_project
 
 POSTGRES_TABLES = Path(__file__).with_name("tables_postgres.yaml")
@@ -239,7 +239,8 @@ def _run(
         _print_table(rows)
 
     print("\nChecking every table against a full reload of its source:")
-    spark = local_session("incremental-assets-demo-check")
+    # The project's settings (connectors for an object-store warehouse included).
+    spark = start_session(dict(resources["spark"].spark_config), "incremental-assets-demo-check")
     failures = 0
     for spec in project.tables:
         target = defs.resources["warehouse"].target(project, spec)

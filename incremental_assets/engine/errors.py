@@ -147,5 +147,10 @@ class SessionSettingError(RuntimeError):
         )
 
 
+class ConnectorSettingError(ValueError):
+    """The object-store connectors asked for cannot be added (an unknown name, a Spark
+    without its Hadoop jars); the message names the setting."""
+
+
 class LandingListError(OSError):
     """The folder could not be listed (missing bucket, credentials, endpoint)."""

@@ -11,6 +11,11 @@ the same jars into the cache. Settings:
   ``provided`` where the cluster already has Delta Lake (Databricks, a cluster image).
 - ``INCREMENTAL_ASSETS_JAR_CACHE``: the cache folder (default
   ``~/.cache/incremental-assets/jars``).
+
+The object-store connectors a project needs (engine/spark/connectors.py) arrive as
+packages in ``spark.jars.packages`` and are resolved, cached and listed the same way. A
+local session puts their self-contained AWS SDK jar on the driver's class path rather than
+in ``spark.jars`` (:func:`placed`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from incremental_assets.engine.errors import JarsUnavailableError
+from incremental_assets.engine.spark import connectors
 
 SCALA = "2.13"
 JARS_ENV = "INCREMENTAL_ASSETS_JARS"
@@ -83,10 +89,34 @@ def plan(conf: dict[str, str]) -> JarPlan:
     return JarPlan(packages, conf_out, True, manifest)
 
 
+def placed(conf: dict[str, str], jar_plan: JarPlan) -> dict[str, str]:
+    """``conf`` with the plan's jar settings. A local session (whose executors share the
+    driver's JVM) takes the connectors' self-contained jars on the driver's class path:
+    Spark copies every ``spark.jars`` file into each session's temporary folder before its
+    first task, 640 MB a start for the AWS SDK. Elsewhere executors need them shipped."""
+    out = {**conf, **jar_plan.conf}
+    if not out.get("spark.master", "local").startswith("local"):
+        return out
+    listed = [j for j in out.get("spark.jars", "").split(",") if j.strip()]
+    driver = [j for j in listed if connectors.on_driver_class_path(j)]
+    if not driver:
+        return out
+    shipped = [j for j in listed if j not in driver]
+    if shipped:
+        out["spark.jars"] = ",".join(shipped)
+    else:
+        out.pop("spark.jars")
+    own = out.get("spark.driver.extraClassPath")
+    out["spark.driver.extraClassPath"] = os.pathsep.join([*([own] if own else []), *driver])
+    return out
+
+
 def announce(jar_plan: JarPlan) -> None:
+    aws = any(p.startswith("org.apache.hadoop:hadoop-aws:") for p in jar_plan.packages)
     sys.stderr.write(
         f"Fetching Delta Lake's jars ({', '.join(jar_plan.packages)}) from Maven Central "
-        f"into {cache_dir()}; this happens once, later starts read the cache.\n"
+        f"into {cache_dir()}{' (the S3 connector brings the AWS SDK, ~640 MB)' if aws else ''}"
+        "; this happens once, later starts read the cache.\n"
     )
     sys.stderr.flush()
 

@@ -74,12 +74,12 @@ def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSes
     if plan.resolving:
         jars.announce(plan)
     try:
-        session = _build({**own, **plan.conf}, app_name)
+        session = _build(jars.placed(own, plan), app_name)
     except Exception:
         if not plan.resolving:
             raise
         plan = jars.fetch_with_maven(plan)
-        session = _build({**own, **plan.conf}, app_name)
+        session = _build(jars.placed(own, plan), app_name)
     else:
         if plan.resolving:
             jars.record(plan, session.sparkContext.getConf().get("spark.jars", ""))

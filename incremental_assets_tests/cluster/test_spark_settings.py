@@ -1,0 +1,129 @@
+"""A project's Spark settings come from one function (engine/spark/settings.py), used by
+the Dagster resource, the CLI and the demo: the object-store connectors are added only
+for the schemes the project's paths use (or the setting names), at the Hadoop version of
+pyspark's Spark; s3a takes its endpoint, region and addressing from the warehouse's
+storage options and no credential from anywhere in the spec; a local session keeps the
+AWS SDK on the driver's class path instead of copying it for each session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from incremental_assets.dagster_layer.build import build_definitions
+from incremental_assets.engine import jars
+from incremental_assets.engine.errors import ConnectorSettingError
+from incremental_assets.engine.spark import connectors
+from incremental_assets.engine.spark.settings import project_conf
+from incremental_assets.specs import load_project
+
+TABLE = """
+  - name: orders
+    source: {{format: delta, path: {source}}}
+    keys: [id]
+    watermark: {{column: updated_at, kind: timestamp}}
+    strategy: upsert
+    partitioning: {{granularity: daily, start: 2026-01-01}}
+"""
+
+
+def _project(tmp_path: Path, root: str, source: str = "./source", extra: str = ""):
+    path = tmp_path / "tables.yaml"
+    path.write_text(f"warehouse: {{root: {root}{extra}}}\ntables:{TABLE.format(source=source)}")
+    return load_project(path)
+
+
+@pytest.fixture(autouse=True)
+def _no_connector_setting(monkeypatch):
+    monkeypatch.delenv(connectors.CONNECTORS_ENV, raising=False)
+    monkeypatch.delenv("INCREMENTAL_ASSETS_SPARK_MASTER", raising=False)
+
+
+def test_a_local_project_asks_for_no_connector(tmp_path):
+    conf = project_conf(_project(tmp_path, "./warehouse"))
+
+    assert "spark.jars.packages" not in conf
+    assert not [key for key in conf if "s3" in key]
+
+
+def test_an_s3_warehouse_adds_hadoop_aws_and_s3a_settings_from_storage_options(tmp_path):
+    options = ", storage_options: {endpoint: 'http://minio:9000', region: eu-west-1}"
+    conf = project_conf(_project(tmp_path, "s3://lake/warehouse", extra=options))
+
+    version = connectors.hadoop_version()
+    assert conf["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{version}"
+    assert conf["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio:9000"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert "DefaultCredentialsProvider" in conf["spark.hadoop.fs.s3a.aws.credentials.provider"]
+    assert not [k for k in conf if k.endswith((".access.key", ".secret.key", ".session.token"))]
+
+
+def test_the_version_of_hadoop_aws_is_the_one_of_pysparks_hadoop():
+    import pyspark
+
+    shipped = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+
+    assert shipped
+    assert shipped[-1].name == f"hadoop-client-api-{connectors.hadoop_version()}.jar"
+
+
+def test_a_source_on_abfss_adds_hadoop_azure_and_the_setting_adds_s3(tmp_path, monkeypatch):
+    source = "abfss://raw@account.dfs.core.windows.net/orders"
+    project = _project(tmp_path, "./warehouse", source=source)
+
+    assert project_conf(project)["spark.jars.packages"].split(",") == [
+        f"org.apache.hadoop:hadoop-azure:{connectors.hadoop_version()}"
+    ]
+    monkeypatch.setenv(connectors.CONNECTORS_ENV, "s3")
+    packages = project_conf(project)["spark.jars.packages"].split(",")
+    assert [p.split(":")[1] for p in packages] == ["hadoop-azure", "hadoop-aws"]
+
+
+def test_an_unknown_connector_name_is_refused_naming_the_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv(connectors.CONNECTORS_ENV, "s3,gcs")
+
+    with pytest.raises(ConnectorSettingError, match=f"{connectors.CONNECTORS_ENV}=s3,gcs"):
+        project_conf(_project(tmp_path, "./warehouse"))
+
+
+def test_the_projects_own_spark_settings_win_over_the_connectors(tmp_path):
+    path = tmp_path / "tables.yaml"
+    path.write_text(
+        "warehouse: {root: 's3a://lake/w', storage_options: {endpoint: 'http://a:1'}}\n"
+        "spark:\n  conf:\n"
+        "    spark.hadoop.fs.s3a.endpoint: 'http://b:2'\n"
+        "    spark.jars.packages: org.apache.hadoop:hadoop-aws:3.4.1\n"
+        f"tables:{TABLE.format(source='./source')}"
+    )
+
+    conf = project_conf(load_project(path))
+
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://b:2"
+    assert conf["spark.jars.packages"] == "org.apache.hadoop:hadoop-aws:3.4.1"
+
+
+def test_the_dagster_resource_starts_spark_with_the_projects_settings(tmp_path):
+    project = _project(tmp_path, "s3://lake/warehouse")
+
+    config = build_definitions(project).resources["spark"].spark_config
+
+    assert config == project_conf(project)
+    assert "hadoop-aws" in config["spark.jars.packages"]
+
+
+def test_a_local_session_keeps_the_aws_sdk_on_the_driver_class_path():
+    bundle = "/cache/ivy/jars/software.amazon.awssdk_bundle-2.29.52.jar"
+    delta = "/cache/ivy/jars/io.delta_delta-spark_2.13-4.3.1.jar"
+    plan = jars.JarPlan(("p",), {"spark.jars": f"{delta},{bundle}"})
+
+    local = jars.placed({"spark.master": "local[2]"}, plan)
+    cluster = jars.placed({"spark.master": "spark://127.0.0.1:7077"}, plan)
+
+    # Delta's jars stay in spark.jars (Spark's own jars come first for their dependencies).
+    assert (local["spark.jars"], local["spark.driver.extraClassPath"]) == (delta, bundle)
+    # Executors elsewhere need every jar shipped.
+    assert cluster["spark.jars"] == f"{delta},{bundle}"
+    assert "spark.driver.extraClassPath" not in cluster
