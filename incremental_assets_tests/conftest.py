@@ -1,33 +1,93 @@
-"""Shared fixtures: one local Spark session for the whole test session, and the ``orders``
-source and target in a test's temporary folder. The builders they use (and the tests use)
-are in :mod:`incremental_assets_tests.builders`."""
+"""Shared fixtures: one local Spark session for the whole test session, the ``orders``
+source and target in a test's temporary folder, and the servers tests past one machine
+share (incremental_assets_tests/servers.py): moto's S3 server, a Spark standalone cluster
+and a Spark Connect server, each started once, on first use. The builders the fixtures use
+(and the tests use) are in :mod:`incremental_assets_tests.builders`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.spark.connect_server import ConnectServer
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets_tests.builders import DeltaSourceTable
+from incremental_assets_tests.object_stores import S3Server
+from incremental_assets_tests.postgres import free_port, skip_or_fail_on_ci
+from incremental_assets_tests.servers import (
+    S3_CREDENTIALS,
+    StandaloneCluster,
+    cluster_unavailable,
+    s3_spark_conf,
+    start_connect_server,
+)
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def s3_endpoint() -> str:
+    """Where moto's S3 server will listen: reserved now, because the tests' Spark session
+    takes its s3a settings at start; the server starts when a test asks for ``s3``."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(scope="session")
+def spark(s3_endpoint: str) -> Iterator[SparkSession]:
     conf = {
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": "2g",
         "spark.databricks.delta.snapshotPartitions": "2",
+        # s3a (and s3://) on the moto server; the AWS SDK stays on the driver's class path.
+        **s3_spark_conf(s3_endpoint),
     }
     # JDBC drivers must be on the classpath at session start (engine/sources/test_jdbc.py).
     if Path("/usr/share/java/postgresql.jar").exists():
         conf["spark.jars"] = "/usr/share/java/postgresql.jar"
+    # Credentials reach S3A through the environment the JVM starts with, never the settings.
+    for name, value in S3_CREDENTIALS.items():
+        os.environ.setdefault(name, value)
     session = local_session("incremental-assets-tests", **conf)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's S3 server at ``s3_endpoint``, shared by the session's tests."""
+    missing = S3Server.missing()
+    if missing:
+        skip_or_fail_on_ci(missing)
+    server = S3Server(tmp_path_factory.mktemp("s3"), port=urlparse(s3_endpoint).port)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone cluster (Master and 2 Workers, each worker with a private /tmp)."""
+    why = cluster_unavailable()
+    if why:
+        skip_or_fail_on_ci(why)
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("cluster"), env=S3_CREDENTIALS)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(
+    s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConnectServer]:
+    """A Spark Connect server (local[2], Delta Lake, s3a on ``s3_endpoint``)."""
+    for name, value in S3_CREDENTIALS.items():
+        os.environ.setdefault(name, value)
+    server = start_connect_server(tmp_path_factory.mktemp("connect"), s3_endpoint)
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pathlib import Path
 from dagster_deltalake import AzureConfig, S3Config
 
 from incremental_assets.dagster_layer.resources import DeltaWarehouse
+from incremental_assets.engine.spark.connect_server import stop_with_parent
 
 _MOTO = Path(sys.executable).parent / "moto_server"
 # Azurite's fixed development account (public, documented by Microsoft).
@@ -37,7 +38,12 @@ class _Server:
 
     def __init__(self, command: list[str], port: int, log: Path, request_log: Path):
         self.port, self.log, self.request_log = port, log, request_log
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+            preexec_fn=stop_with_parent,  # a killed test run leaves no server behind
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -65,8 +71,9 @@ class _Server:
 class S3Server(_Server):
     name, scheme = "s3", "s3"
 
-    def __init__(self, root: Path):
-        port = _free_port()
+    def __init__(self, root: Path, port: int | None = None):
+        # ``port``: one reserved earlier, e.g. when Spark's s3a settings were fixed at start.
+        port = port or _free_port()
         log = root / "moto.log"  # werkzeug logs each request to stderr
         super().__init__([str(_MOTO), "-H", "127.0.0.1", "-p", str(port)], port, log, log)
         self.endpoint = f"http://127.0.0.1:{port}"
