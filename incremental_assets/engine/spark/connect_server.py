@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from incremental_assets.engine import jars
-from incremental_assets.engine.errors import JarsUnavailableError
+from incremental_assets.engine.errors import ConnectorSettingError, JarsUnavailableError
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default
@@ -156,13 +156,15 @@ def start(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from incremental_assets.specs import SpecError
+
     args = _parser().parse_args(argv)
-    conf = _project_conf(args.tables)
-    if args.master:
-        conf["spark.master"] = args.master
     try:
+        conf = _project_conf(args.tables)
+        if args.master:
+            conf["spark.master"] = args.master
         server = start(conf, args.port, args.host)
-    except (JarsUnavailableError, RuntimeError) as exc:
+    except (SpecError, ConnectorSettingError, JarsUnavailableError, RuntimeError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
     sys.stdout.write(
