@@ -7,6 +7,7 @@ and a Spark Connect server, each started once, on first use. The builders the fi
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -22,6 +23,7 @@ from incremental_assets_tests.object_stores import S3Server
 from incremental_assets_tests.postgres import free_port, skip_or_fail_on_ci
 from incremental_assets_tests.servers import (
     S3_CREDENTIALS,
+    STARTED,
     StandaloneCluster,
     cluster_unavailable,
     s3_spark_conf,
@@ -51,7 +53,9 @@ def spark(s3_endpoint: str) -> Iterator[SparkSession]:
     # Credentials reach S3A through the environment the JVM starts with, never the settings.
     for name, value in S3_CREDENTIALS.items():
         os.environ.setdefault(name, value)
+    started = time.monotonic()
     session = local_session("incremental-assets-tests", **conf)
+    STARTED["local Spark session"] = time.monotonic() - started
     yield session
     session.stop()
 
@@ -62,7 +66,9 @@ def s3(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     missing = S3Server.missing()
     if missing:
         skip_or_fail_on_ci(missing)
+    started = time.monotonic()
     server = S3Server(tmp_path_factory.mktemp("s3"), port=urlparse(s3_endpoint).port)
+    STARTED["moto S3"] = time.monotonic() - started
     yield server
     server.stop()
 
@@ -74,6 +80,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
     if why:
         skip_or_fail_on_ci(why)
     cluster = StandaloneCluster(tmp_path_factory.mktemp("cluster"), env=S3_CREDENTIALS)
+    STARTED["standalone cluster"] = cluster.started_in
     yield cluster
     cluster.stop()
 
@@ -86,8 +93,15 @@ def connect_server(
     for name, value in S3_CREDENTIALS.items():
         os.environ.setdefault(name, value)
     server = start_connect_server(tmp_path_factory.mktemp("connect"), s3_endpoint)
+    STARTED["Spark Connect server"] = server.started_in
     yield server
     server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if STARTED:
+        started = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in STARTED.items())
+        terminalreporter.write_line(f"shared servers started: {started}")
 
 
 @pytest.fixture

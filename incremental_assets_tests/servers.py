@@ -36,6 +36,10 @@ from incremental_assets.engine.spark.connect_server import (
 )
 from incremental_assets.engine.spark_session import spark_conf
 
+# Seconds each shared server took to start in this test session, for the summary line
+# conftest.py prints (the CI budget counts them).
+STARTED: dict[str, float] = {}
+
 # moto accepts any credentials; S3A and delta-rs read these from the environment.
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
 S3_REGION = "us-east-1"
