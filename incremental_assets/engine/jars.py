@@ -106,8 +106,10 @@ def placed(conf: dict[str, str], jar_plan: JarPlan) -> dict[str, str]:
         out["spark.jars"] = ",".join(shipped)
     else:
         out.pop("spark.jars")
+    # A class path holds file paths, not URIs.
+    paths = [urlparse(j).path if "://" in j else j for j in driver]
     own = out.get("spark.driver.extraClassPath")
-    out["spark.driver.extraClassPath"] = os.pathsep.join([*([own] if own else []), *driver])
+    out["spark.driver.extraClassPath"] = os.pathsep.join([*([own] if own else []), *paths])
     return out
 
 
