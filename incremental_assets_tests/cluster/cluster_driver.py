@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 from incremental_assets.engine.spark_session import spark_conf, start_session
-from incremental_assets_tests.servers import WORKER_MARK, s3_spark_conf
+from incremental_assets_tests.servers import QUICK_JIT, WORKER_MARK, s3_spark_conf
 
 
 def _worker_and_python(_: int) -> tuple[str, str]:
@@ -40,6 +40,8 @@ def main(master: str, endpoint: str, bucket: str) -> dict:
             # Each executor downloads the jars once into its work folder, not also into a
             # fetch cache beside it (the AWS SDK alone is 640 MB).
             "spark.files.useFetchCache": "false",
+            "spark.driver.extraJavaOptions": QUICK_JIT,
+            "spark.executor.extraJavaOptions": QUICK_JIT,
             **s3_spark_conf(endpoint),
         }
     )
