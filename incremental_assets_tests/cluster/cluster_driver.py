@@ -10,6 +10,7 @@ driver's /tmp and reads it back. Prints one JSON line of what happened."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 
@@ -73,6 +74,7 @@ def main(master: str, endpoint: str, bucket: str) -> dict:
         out["local_rows"] = spark.read.parquet(f"file://{local}/numbers").count()
     except Exception as exc:  # what a user sees: Spark's own error
         out["local_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    shutil.rmtree(local)
     spark.stop()
     return out
 
