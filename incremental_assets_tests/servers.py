@@ -161,6 +161,10 @@ class StandaloneCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        # Each executor downloaded the jars (700 MB); its logs beside them stay.
+        for worker in self.workers:
+            for jar in (worker.tmp / "work").glob("*/*/*.jar"):
+                jar.unlink()
 
     def _spawn(
         self, name: str, args: list[str], env: dict[str, str], prefix: list[str] | None = None
