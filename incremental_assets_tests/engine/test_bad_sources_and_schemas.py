@@ -4,6 +4,7 @@ not created."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,24 @@ def baseline_target(spark, tmp_path_factory) -> Path:
     source.upsert(DAY1)
     result = load(spark, make_spec(source.path), DeltaTarget("orders", str(base / "target")), 1)
     assert result.committed
+    _forget_source(base / "target")
     return base / "target"
+
+
+def _forget_source(target: Path) -> None:
+    """Drop the source identity from the target's commit record, as a load of a release
+    before identities were recorded left it: the first run of each test then takes the
+    test's own source (its path, or Parquet instead of Delta) as the table's, and the
+    errors under test are not pre-empted by a switched-source refusal."""
+    log = target / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines() if line]
+    for action in actions:
+        if "commitInfo" in action:
+            record = json.loads(action["commitInfo"]["userMetadata"])
+            assert record["incremental_assets"].pop("source_identity", None)
+            action["commitInfo"]["userMetadata"] = json.dumps(record)
+    log.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    (log.parent / f".{log.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
 
 
 @pytest.fixture
