@@ -30,10 +30,12 @@ class SchemaMismatchError(IncrementalLoadError):
 class NullValuesError(IncrementalLoadError):
     """Key or watermark columns hold nulls in the rows a run would load."""
 
-    def __init__(self, table: str, counts: dict[str, int], fix: str | None = None):
+    def __init__(self, table: str, counts: dict[str, int], fix: str | None = None, rows: str = ""):
         self.counts = counts
+        self.rows = rows  # some of the rows, named by key and watermark, when known
         detail = ", ".join(f"{column}: {n}" for column, n in sorted(counts.items()))
-        super().__init__(table, f"null values in required columns ({detail}).", fix)
+        named = f" {rows}" if rows else ""
+        super().__init__(table, f"null values in required columns ({detail}).{named}", fix)
 
 
 class ConcurrentLoadError(IncrementalLoadError):

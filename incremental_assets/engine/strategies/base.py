@@ -24,7 +24,6 @@ from pyspark.sql import functions as F
 from incremental_assets.engine import changes, predicates, quality, transforms, validation
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
-from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.guards import GuardReport, OutOfRange, out_of_range
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
@@ -35,6 +34,7 @@ from incremental_assets.engine.strategies.rows import (
     observed,
     staged,
 )
+from incremental_assets.engine.strategies.unordered import fail_on_unordered_rows
 from incremental_assets.engine.watermarks import WatermarkValue, parse_value
 from incremental_assets.engine.windows import LoadRequest, Window, WindowPolicy, plan_window
 from incremental_assets.specs import TableSpec
@@ -79,7 +79,7 @@ class Strategy:
             clock,
             partition_high_water=last_load_time(state, "partition_high_water"),
         )
-        _fail_on_null_watermarks(spec, source)
+        fail_on_unordered_rows(spec, source)
         return window.with_high_water(_high_water(spec, source, window))
 
     def out_of_range(self, source: Source, clock: datetime) -> OutOfRange | None:
@@ -283,19 +283,6 @@ def last_load_time(state: TargetState, name: str) -> datetime | None:
     value = parse_value(text, "timestamp")
     assert isinstance(value, datetime)
     return value
-
-
-def _fail_on_null_watermarks(spec: TableSpec, source: Source) -> None:
-    # A row with no watermark can never enter a window: fail rather than skip it silently.
-    column = spec.watermark.column
-    count = source.count_nulls(column)
-    if count:
-        raise NullValuesError(
-            spec.name,
-            {column: count},
-            f"fill '{column}' in the source (rows without a watermark can never be "
-            "loaded incrementally)",
-        )
 
 
 def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkValue | None:

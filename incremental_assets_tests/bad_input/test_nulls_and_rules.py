@@ -1,0 +1,110 @@
+"""No row lost on a null tie-break."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.errors import NullValuesError
+from incremental_assets_tests.builders import (
+    ParquetFolder,
+    at,
+    load,
+    make_spec,
+    rows,
+)
+
+# --- a hybrid watermark's null tie-break -----------------------------------------------
+
+EVENTS = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("v", pa.string()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("seq", pa.int64()),
+    ]
+)
+
+
+def events(*items: tuple) -> pa.Table:
+    """Rows ``(id, ts, seq)``, each with the value ``v<id>``."""
+    return pa.Table.from_pylist(
+        [{"id": i, "v": f"v{i}", "ts": ts, "seq": seq} for i, ts, seq in items], EVENTS
+    )
+
+
+def hybrid_spec(folder: ParquetFolder):
+    return make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        keys=["id"],
+        watermark={"column": "ts", "kind": "hybrid", "tiebreak": "seq"},
+    )
+
+
+def reference(*batches: pa.Table) -> list[tuple]:
+    """The target of an upsert by ``id`` of every row: per key the newest by (ts, seq)."""
+    newest: dict[int, dict] = {}
+    for row in (r for batch in batches for r in batch.to_pylist()):
+        held = newest.get(row["id"])
+        if held is None or (row["ts"], row["seq"]) > (held["ts"], held["seq"]):
+            newest[row["id"]] = row
+    return sorted((r["id"], r["v"]) for r in newest.values())
+
+
+def test_a_null_tiebreak_at_the_boundary_instant_is_refused_then_loaded_once(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "src")
+    spec = hybrid_spec(folder)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    burst = events(*[(i, at(1, 12), i) for i in range(1, 5)])
+    folder.drop(burst)
+    first = load(spark, spec, target, 1)
+    assert first.cursor_after == (at(1, 12), 4)
+    assert rows(target, "id", "v") == reference(burst)
+    version = DeltaTable(target.path).version()
+
+    # A row of the cursor's own instant without a seq, and a later row: a run that loads
+    # (12:00, 4] onwards would skip the first for ever.
+    folder.drop(events((5, at(1, 12), None), (6, at(1, 13), 6)))
+    with pytest.raises(NullValuesError) as refused:
+        load(spark, spec, target, 1)
+
+    message = str(refused.value)
+    assert "(seq: 1)" in message
+    assert "Rows without 'seq': id=5 at ts=2026-01-01T12:00:00Z." in message
+    assert "Nothing was committed" in message and "give these rows a 'seq'" in message
+    assert DeltaTable(target.path).version() == version
+    assert rows(target, "id", "v") == reference(burst)
+    assert target.state("hybrid").cursor == (at(1, 12), 4)
+
+    # The source gives the row its seq (the file is written again): loaded, once.
+    fixed = events((5, at(1, 12), 5), (6, at(1, 13), 6))
+    pq.write_table(fixed, folder.path / "part-00002.parquet")
+    second = load(spark, spec, target, 1)
+    assert second.rows_inserted == 2 and second.cursor_after == (at(1, 13), 6)
+    assert rows(target, "id", "v") == reference(burst, fixed)
+    third = load(spark, spec, target, 1)
+    assert third.rows_inserted == third.rows_updated == 0
+    assert rows(target, "id", "v") == reference(burst, fixed)
+
+
+def test_a_null_tiebreak_on_the_newest_row_is_refused_by_name_not_a_type_error(spark, tmp_path):
+    folder = ParquetFolder(tmp_path / "src")
+    folder.drop(events((1, at(1, 12), 1), (2, at(1, 13), None), (3, at(1, 13), None)))
+    target = DeltaTarget("t", str(tmp_path / "target"))
+
+    with pytest.raises(NullValuesError) as refused:
+        load(spark, hybrid_spec(folder), target, 1)
+
+    assert refused.value.counts == {"seq": 2}
+    assert "id=2 at ts=2026-01-01T13:00:00Z; id=3 at ts=2026-01-01T13:00:00Z." in refused.value.rows
+    assert not DeltaTable.is_deltatable(target.path)
+
+    fixed = events((1, at(1, 12), 1), (2, at(1, 13), 2), (3, at(1, 13), 3))
+    pq.write_table(fixed, folder.path / "part-00001.parquet")
+    result = load(spark, hybrid_spec(folder), target, 1)
+    assert result.cursor_after == (at(1, 13), 3)
+    assert rows(target, "id", "v") == reference(fixed)
