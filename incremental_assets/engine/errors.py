@@ -38,6 +38,16 @@ class NullValuesError(IncrementalLoadError):
         super().__init__(table, f"null values in required columns ({detail}).{named}", fix)
 
 
+class DuplicateKeysError(IncrementalLoadError):
+    """A snapshot holds a key more than once. ``count`` keys are repeated; ``sample`` names
+    some of them."""
+
+    def __init__(self, table: str, count: int, sample: list[str], message: str, fix: str):
+        self.count = count
+        self.sample = sample
+        super().__init__(table, message, fix)
+
+
 class ConcurrentLoadError(IncrementalLoadError):
     """Another writer committed to the target while this run was working."""
 

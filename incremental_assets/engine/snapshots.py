@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -62,6 +63,35 @@ def snapshot_changes(
         F.lit("vanish").alias(CHANGE),
     )
     return upserts.unionByName(vanished)
+
+
+def repeated_keys(
+    snapshot: DataFrame, keys: Sequence[str], named: int = 5
+) -> tuple[int, list[str]]:
+    """How many keys ``snapshot`` holds more than once, and up to ``named`` of them (lowest
+    first) as ``key=value (n rows)``. Rows with a null key are left to the null-key check."""
+    key_cols = [F.col(quote(k)) for k in keys]
+    present = reduce(lambda a, b: a & b, [c.isNotNull() for c in key_cols])
+    repeated = (
+        snapshot.filter(present)
+        .groupBy(*key_cols)
+        .agg(F.count(F.lit(1)).alias("_ia_rows"))
+        .filter(F.col("_ia_rows") > 1)
+    )
+    count = repeated.count()
+    if not count:
+        return 0, []
+    # Keys as Spark's text (timestamps in the session's zone, UTC), not Python's values.
+    shown = repeated.select(
+        *[F.col(quote(k)).cast("string").alias(f"_ia_k{i}") for i, k in enumerate(keys)],
+        "_ia_rows",
+        *key_cols,
+    ).orderBy(*key_cols)
+    sample = []
+    for row in shown.limit(named).collect():
+        key = ", ".join(f"{k}={row[f'_ia_k{i}']}" for i, k in enumerate(keys))
+        sample.append(f"{key} ({row['_ia_rows']} rows)")
+    return count, sample
 
 
 def _last_value(

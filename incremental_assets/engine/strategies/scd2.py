@@ -36,7 +36,7 @@ from incremental_assets.engine.strategies.rows import (
     observed,
     staged,
 )
-from incremental_assets.engine.strategies.snapshot import Snapshot
+from incremental_assets.engine.strategies.snapshot import Snapshot, refuse_repeated_keys
 from incremental_assets.engine.strategies.upsert import Upsert
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
@@ -108,6 +108,9 @@ class Scd2(Strategy):
                 live = target.to_spark(spark).filter(F.col(transforms.quote(scd2.is_current)))
                 current = live.drop(scd2.valid_from, scd2.valid_to, scd2.is_current)
             assert isinstance(window.high_water, datetime)
+            # The diff reads the snapshot twice (changed rows, vanished keys): stage it once.
+            rows = staged(rows, stage_root, "snapshot")
+            refuse_repeated_keys(spec, rows)
             rows = snapshot_changes(rows, current, spec.keys, SNAPSHOT_AT, window.high_water)
             rows = rows.drop(CHANGE)
         elif changes.OP not in rows.columns:

@@ -12,8 +12,9 @@ from pyspark.sql import functions as F
 from incremental_assets.engine import changes, transforms
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
+from incremental_assets.engine.errors import DuplicateKeysError
 from incremental_assets.engine.guards import DeleteGuard, GuardReport, OutOfRange
-from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
+from incremental_assets.engine.snapshots import CHANGE, repeated_keys, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.base import Strategy, Transform, last_load_time
 from incremental_assets.engine.strategies.cdc import change_set_acts, change_set_clauses
@@ -65,12 +66,9 @@ class Snapshot(Strategy):
         return tuple(c for c in columns if c not in keep)
 
     def window_rows(self, source: Source, window: Window) -> DataFrame:
-        """Every row of the source, stamped."""
-        spec = self.spec
+        """Every row of the source, stamped (a key held twice is refused when staged)."""
         assert isinstance(window.high_water, datetime)
-        prepared = source.read().transform(self.prepared(window.high_water))
-        # A snapshot should hold a key once; if not, one version wins by content hash.
-        return prepared.transform(transforms.newest_per_key(spec.keys, SNAPSHOT_AT))
+        return source.read().transform(self.prepared(window.high_water))
 
     def reduce(
         self,
@@ -85,6 +83,7 @@ class Snapshot(Strategy):
         """The snapshot diffed against the target."""
         # The diff reads the snapshot twice (changed rows, vanished keys): stage it once.
         snapshot = staged(rows, stage_root, "snapshot")
+        refuse_repeated_keys(self.spec, snapshot)
         taken_at = window.high_water
         assert isinstance(taken_at, datetime)
         spec = self.spec
@@ -144,3 +143,32 @@ class Snapshot(Strategy):
             soft=soft,
             upper_bound=False,
         )
+
+
+def refuse_repeated_keys(spec: TableSpec, snapshot: DataFrame) -> None:
+    """Refuse a snapshot that holds a key more than once, before anything is committed.
+
+    A snapshot is its source's current state, one row per key. Two rows of one key have no
+    order to choose by (no watermark), so keeping one would be a guess a later snapshot
+    could flip; quarantining them would read as the key vanishing, and delete it from the
+    target. The usual cause is keys that do not identify a row, which only the spec or the
+    source can fix.
+
+    Raises:
+        DuplicateKeysError: naming how many keys repeat and some of them.
+    """
+    count, sample = repeated_keys(snapshot, spec.keys)
+    if not count:
+        return
+    more = f" and {count - len(sample)} more" if count > len(sample) else ""
+    keys = ", ".join(spec.keys)
+    raise DuplicateKeysError(
+        spec.name,
+        count,
+        sample,
+        f"the snapshot holds {count} key{'s' if count != 1 else ''} ({keys}) more than once: "
+        f"{'; '.join(sample)}{more}. A snapshot holds one row per key, and the rows of one "
+        "key have no order to choose by. Nothing was committed.",
+        "remove the repeated rows in the source, or set keys to columns that identify a row "
+        "(add the column in which the repeated rows differ)",
+    )
