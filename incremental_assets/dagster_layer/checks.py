@@ -22,6 +22,7 @@ DELETES_WITHIN_LIMIT = "deletes_within_limit"
 WATERMARK_IN_RANGE = "watermark_in_range"
 HISTORY_CONSISTENT = "history_consistent"
 QUALITY_SCORE = "quality_score"
+RULES_NOT_NULL = "quality_rules_not_null"
 FRESH = "watermark_fresh"
 
 
@@ -47,7 +48,14 @@ def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
                 blocking=True,
                 description=f"The share of rows passing every quality rule is at least "
                 f"{spec.quality.min_score}.",
-            )
+            ),
+            dg.AssetCheckSpec(
+                RULES_NOT_NULL,
+                asset=spec.name,
+                blocking=True,
+                description="No quality rule was NULL for every row a run checked (such a "
+                "rule judges nothing, and every row fails it).",
+            ),
         ]
         if spec.quality.rules
         else []
@@ -152,6 +160,7 @@ def check_results(
         outcomes[FRESH] = _freshness(result, spec.max_lag.total_seconds())
     if spec.quality.rules:
         outcomes[QUALITY_SCORE] = quality.score_check(result.quality, spec.quality.min_score)
+        outcomes[RULES_NOT_NULL] = quality.rules_not_null_check(result.quality)
     if _guarded(spec):
         outcomes[DELETES_WITHIN_LIMIT] = checks.deletes_within_limit(spec, result)
     if _time_windowed(spec):

@@ -106,6 +106,8 @@ def load_metadata(result: LoadResult, target_path: str) -> dict:
         metadata["rows_quarantined"] = result.quality.rows_quarantined
         for rule, count in result.quality.failures.items():
             metadata[f"rows_failing_{rule}"] = count
+        for rule, count in result.quality.nulls.items():
+            metadata[f"rows_null_{rule}"] = count
     if result.guard is not None:
         metadata.update(result.guard.metadata())
     if result.out_of_range is not None:

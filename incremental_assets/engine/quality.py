@@ -27,17 +27,28 @@ from incremental_assets.specs.models import RuleSpec
 FAILED = "_ia_failed_rules"
 RUN_ID, QUARANTINED_AT = "_ia_run_id", "_ia_quarantined_at"
 QUARANTINE_COLUMNS = (FAILED, RUN_ID, QUARANTINED_AT)
+# Each rule's own result (true, false or null), kept only until the run has counted it.
+RESULTS = "_ia_rule_results"
 
 
 @dataclass(frozen=True)
 class QualityReport:
-    """Per run: rows checked, rows failing each rule, rows quarantined, and the score (the
-    share of rows that passed every rule)."""
+    """Per run: rows checked, rows failing each rule, rows for which a rule was null (they
+    fail it too), rows quarantined, and the score (the share of rows that passed every
+    rule)."""
 
     rows_checked: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     rows_failing_any: int = 0
     rows_quarantined: int = 0
+    nulls: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def always_null(self) -> list[str]:
+        """Rules that were null for every row checked (none when no row was checked)."""
+        if not self.rows_checked:
+            return []
+        return [name for name, n in self.nulls.items() if n >= self.rows_checked]
 
     @property
     def score(self) -> float:
@@ -53,7 +64,18 @@ def failed_rules(table: str, df: DataFrame, rules: Sequence[RuleSpec]) -> DataFr
         IncrementalLoadError: a rule is not an expression over one row (see
             :func:`refuse_unsafe`), or not valid Spark SQL for these columns.
     """
-    checks = []
+    return judged(table, df, rules).drop(RESULTS)
+
+
+def judged(table: str, df: DataFrame, rules: Sequence[RuleSpec]) -> DataFrame:
+    """Add ``_ia_rule_results`` (each rule's result, by rule name) and ``_ia_failed_rules``
+    (the names of the rules a row fails: false or null). Each check is evaluated once: the
+    names are taken from the results, which Spark does not inline into both.
+
+    Raises:
+        IncrementalLoadError: as :func:`failed_rules`.
+    """
+    results = []
     for rule in rules:
         refuse_unsafe(table, df, rule)
         try:
@@ -75,9 +97,13 @@ def failed_rules(table: str, df: DataFrame, rules: Sequence[RuleSpec]) -> DataFr
                 "its result is not deterministic (the same row could be "
                 "judged differently by a re-run), which breaks idempotent merges",
             )
-        passed = F.coalesce(expression.cast("boolean"), F.lit(False))
-        checks.append(F.when(~passed, F.lit(rule.name)))
-    return df.withColumn(FAILED, F.filter(F.array(*checks), lambda name: name.isNotNull()))
+        results.append(expression.cast("boolean").alias(rule.name))
+    judged = df.withColumn(RESULTS, F.struct(*results))
+    checks = [
+        F.when(~F.coalesce(F.col(RESULTS)[rule.name], F.lit(False)), F.lit(rule.name))
+        for rule in rules
+    ]
+    return judged.withColumn(FAILED, F.filter(F.array(*checks), lambda name: name.isNotNull()))
 
 
 def refuse_unsafe(table: str, df: DataFrame, rule: RuleSpec) -> None:
@@ -209,8 +235,9 @@ def _deterministic(analysed: DataFrame) -> bool:
         return True
 
 
-def counters(rules: Sequence[RuleSpec]) -> list[Column]:
-    """Aggregates for a Spark observation: rows failing each rule, and any rule."""
+def counters(rules: Sequence[RuleSpec], nulls: bool = False) -> list[Column]:
+    """Aggregates for a Spark observation: rows failing each rule, and any rule; with
+    ``nulls`` (rows from :func:`judged`), rows for which each rule was null."""
     failed = F.col(FAILED)
     return [
         *[
@@ -218,6 +245,11 @@ def counters(rules: Sequence[RuleSpec]) -> list[Column]:
             for r in rules
         ],
         F.sum((F.size(failed) > 0).cast("int")).alias("rules:any"),
+        *[
+            F.sum(F.col(RESULTS)[r.name].isNull().cast("int")).alias(f"rule_null:{r.name}")
+            for r in rules
+            if nulls
+        ],
     ]
 
 
@@ -235,6 +267,7 @@ def report(rules: Sequence[RuleSpec], observed: dict, quarantined: int) -> Quali
         failures={r.name: int(observed.get(f"rule:{r.name}") or 0) for r in rules},
         rows_failing_any=int(observed.get("rules:any") or 0),
         rows_quarantined=quarantined,
+        nulls={r.name: int(observed.get(f"rule_null:{r.name}") or 0) for r in rules},
     )
 
 
@@ -266,4 +299,30 @@ def score_check(report: QualityReport | None, minimum: float) -> CheckOutcome:
     verb = "at least" if passed else "below"
     return CheckOutcome(
         passed, f"quality score {report.score:.4f} is {verb} the minimum {minimum}", metadata
+    )
+
+
+def rules_not_null_check(report: QualityReport | None) -> CheckOutcome:
+    """No rule was null for every row the run checked. Such a rule judges nothing (a
+    ``check: NULL``, a misspelt or always-null column, a comparison with NULL) and fails
+    every row: quarantined, or counted as failing, with the run otherwise green."""
+    nulls = report.nulls if report else {}
+    metadata: dict[str, object] = {
+        "rows_checked": report.rows_checked if report else 0,
+        **{f"rows_null_{name}": n for name, n in nulls.items()},
+    }
+    if report is None or not report.rows_checked:
+        return CheckOutcome(True, "no rows checked in this run", metadata)
+    always = report.always_null
+    if not always:
+        return CheckOutcome(True, "every rule was true or false for some row", metadata)
+    named = ", ".join(f"'{name}'" for name in always)
+    return CheckOutcome(
+        False,
+        f"quality rule{'s' if len(always) > 1 else ''} {named} "
+        f"{'were' if len(always) > 1 else 'was'} NULL for all {report.rows_checked} rows "
+        "checked, so every row failed it without being judged. Fix the rule's check (a "
+        "column that is always null, a misspelt name, a comparison with NULL); to accept a "
+        "null value, say so in the check (`col IS NULL OR col > 0`).",
+        metadata,
     )

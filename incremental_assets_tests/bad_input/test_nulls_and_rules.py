@@ -1,7 +1,9 @@
-"""No row lost on a null tie-break."""
+"""No row lost on a null tie-break; a quality rule that is NULL for every row fails a
+check."""
 
 from __future__ import annotations
 
+import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -9,8 +11,11 @@ from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.errors import NullValuesError
+from incremental_assets.engine.quality import QualityReport, rules_not_null_check
 from incremental_assets_tests.builders import (
+    ORDERS_YAML,
     ParquetFolder,
+    Project,
     at,
     load,
     make_spec,
@@ -108,3 +113,54 @@ def test_a_null_tiebreak_on_the_newest_row_is_refused_by_name_not_a_type_error(s
     result = load(spark, hybrid_spec(folder), target, 1)
     assert result.cursor_after == (at(1, 13), 3)
     assert rows(target, "id", "v") == reference(fixed)
+
+
+# --- a rule that is NULL for every row ----------------------------------------------------
+
+NULL_RULES_YAML = (
+    ORDERS_YAML
+    + """    quality:
+      rules:
+        - {name: nothing, check: "NULL", action: quarantine}
+        - {name: amount_positive, check: "amount > 0", action: warn}
+        - {name: known_status, check: "status IN ('placed', 'paid')", action: warn}
+"""
+)
+
+
+def test_a_rule_null_for_every_row_fails_its_check_naming_the_rule(tmp_path, spark):
+    project = Project(tmp_path, NULL_RULES_YAML)
+    # Every amount is missing, so 'amount_positive' judges no row either.
+    project.source.upsert([(1, "placed", None, at(1, 5)), (2, "lost", None, at(1, 6))])
+
+    with dg.instance_for_test() as instance:
+        result = project.materialize(instance, "2026-01-01", raise_on_error=False)
+
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    check = checks["quality_rules_not_null"]
+    assert not check.passed
+    assert "rules 'nothing', 'amount_positive' were NULL for all 2 rows" in check.description
+    assert "known_status" not in check.description
+    metadata = {k: v.value for k, v in check.metadata.items()}
+    assert metadata == {
+        "rows_checked": 2,
+        "rows_null_nothing": 2,
+        "rows_null_amount_positive": 2,
+        "rows_null_known_status": 0,
+    }
+    event = result.asset_materializations_for_node("orders")[-1]
+    assert event.metadata["rows_null_nothing"].value == 2
+    assert event.metadata["rows_quarantined"].value == 2  # every row, by the NULL rule
+    blocking = {s.name: s.blocking for s in project.defs.get_assets_def("orders").check_specs}
+    assert blocking["quality_rules_not_null"]
+
+
+def test_a_rule_null_for_some_rows_or_a_run_without_rows_passes_the_check():
+    some = QualityReport(rows_checked=3, nulls={"amount_positive": 2, "nothing": 0})
+    assert rules_not_null_check(some).passed
+    assert rules_not_null_check(QualityReport()).passed
+    every = QualityReport(rows_checked=3, nulls={"amount_positive": 3})
+    outcome = rules_not_null_check(every)
+    assert not outcome.passed and "'amount_positive' was NULL for all 3 rows" in (
+        outcome.description
+    )

@@ -14,18 +14,21 @@ from incremental_assets.specs import TableSpec
 
 
 def checked(spec: TableSpec, rows: DataFrame) -> DataFrame:
-    """The rows with the names of the quality rules each fails (when there are rules)."""
+    """The rows with each quality rule's result and the names of the rules each fails
+    (when there are rules); ``observed`` counts the results and drops them."""
     if not spec.quality.rules:
         return rows
-    return quality.failed_rules(spec.name, rows, spec.quality.rules)
+    return quality.judged(spec.name, rows, spec.quality.rules)
 
 
 def observed(spec: TableSpec, rows: DataFrame) -> tuple[DataFrame, Observation]:
-    """Count rows, null keys, unknown CDC operations, quality-rule failures and the
-    partition column's maximum as the rows are written (no second pass over the source).
-    The rule names are dropped after counting."""
+    """Count rows, null keys, unknown CDC operations, quality-rule failures (and null
+    results) and the partition column's maximum as the rows are written (no second pass
+    over the source). The rules' results are dropped after counting; the names of the
+    rules a row fails are kept for the quarantine."""
     observation = Observation(f"extract_{spec.name}")
     rules = spec.quality.rules if quality.FAILED in rows.columns else []
+    nulls = quality.RESULTS in rows.columns
     checked = [*spec.keys, *([spec.effective_column] if spec.history else [])]
     observed = rows.observe(
         observation,
@@ -33,9 +36,9 @@ def observed(spec: TableSpec, rows: DataFrame) -> tuple[DataFrame, Observation]:
         *[transforms.null_count(k).alias(f"null:{k}") for k in dict.fromkeys(checked)],
         F.max(F.unix_micros(F.col(transforms.quote(spec.partition_column)))).alias("pc_max"),
         *([transforms.null_count(changes.OP).alias("unknown_ops")] if spec.feed else []),
-        *(quality.counters(rules) if rules else []),
+        *(quality.counters(rules, nulls=nulls) if rules else []),
     )
-    return observed, observation
+    return observed.drop(quality.RESULTS), observation
 
 
 def divert(
