@@ -48,6 +48,15 @@ class DuplicateKeysError(IncrementalLoadError):
         super().__init__(table, message, fix)
 
 
+class RuleTimeoutError(IncrementalLoadError):
+    """The Spark job evaluating a table's quality rules ran past ``quality.rule_timeout``
+    and was cancelled. ``rules`` names the table's rules."""
+
+    def __init__(self, table: str, rules: list[str], message: str, fix: str):
+        self.rules = rules
+        super().__init__(table, message, fix)
+
+
 class ConcurrentLoadError(IncrementalLoadError):
     """Another writer committed to the target while this run was working."""
 

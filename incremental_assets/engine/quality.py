@@ -10,6 +10,7 @@ watermark back: fixed rules or data are replayed into the target later (``replay
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -20,13 +21,16 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets.engine.checks import CheckOutcome
-from incremental_assets.engine.errors import IncrementalLoadError
-from incremental_assets.specs import expressions
+from incremental_assets.engine.errors import IncrementalLoadError, RuleTimeoutError
+from incremental_assets.specs import TableSpec, expressions
+from incremental_assets.specs.durations import format_duration
 from incremental_assets.specs.models import RuleSpec
 
 FAILED = "_ia_failed_rules"
 RUN_ID, QUARANTINED_AT = "_ia_run_id", "_ia_quarantined_at"
 QUARANTINE_COLUMNS = (FAILED, RUN_ID, QUARANTINED_AT)
+# Operators and functions that match regular expressions (the usual cause of a slow rule).
+_PATTERN_MATCH = re.compile(r"\b(rlike|regexp|regexp_like|regexp_extract|regexp_replace)\b", re.I)
 # Each rule's own result (true, false or null), kept only until the run has counted it.
 RESULTS = "_ia_rule_results"
 
@@ -281,6 +285,29 @@ def fail_on_failed_rules(table: str, rules: Sequence[RuleSpec], quality: Quality
             f"rows fail quality rules whose action is 'fail' ({detail}); nothing was committed.",
             "fix the source rows, or change the rule's check or action (warn / quarantine)",
         )
+
+
+def timed_out(spec: TableSpec) -> RuleTimeoutError:
+    """The error of a run whose rule-evaluating job ran past ``quality.rule_timeout``:
+    every rule of the table is named (Spark evaluates them in one job, so which one held it
+    is not known), those that match regular expressions first."""
+    rules = spec.quality.rules
+    limit = format_duration(spec.quality.rule_timeout)
+    ordered = sorted(rules, key=lambda r: not _matches_patterns(r.check))
+    named = "; ".join(f"'{r.name}' ({r.check})" for r in ordered)
+    return RuleTimeoutError(
+        spec.name,
+        [r.name for r in ordered],
+        f"the Spark job evaluating the table's quality rules ran past quality.rule_timeout "
+        f"({limit}) and was cancelled. Its rules: {named}. Nothing was committed.",
+        "correct the rule that takes this long (a regular expression with nested repetition, "
+        "such as '(.*a){30}$', can backtrack for hours on one row: write it without the "
+        "nested quantifier), or raise quality.rule_timeout when the window is simply large",
+    )
+
+
+def _matches_patterns(check: str) -> bool:
+    return bool(_PATTERN_MATCH.search(check))
 
 
 def score_check(report: QualityReport | None, minimum: float) -> CheckOutcome:

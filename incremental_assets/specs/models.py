@@ -34,7 +34,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from incremental_assets.specs.durations import parse_duration
+from incremental_assets.specs.durations import format_duration, parse_duration
 from incremental_assets.specs.expressions import validate_check
 from incremental_assets.specs.identifiers import TableName
 from incremental_assets.specs.landing import (
@@ -546,6 +546,10 @@ class RuleSpec(_Spec):
         return validate_check(info.data.get("name"), value)
 
 
+# A rule time limit longer than this is no limit (and past what a timer can wait for).
+_MAX_RULE_TIMEOUT = timedelta(days=1)
+
+
 class QualitySpec(_Spec):
     rules: list[RuleSpec] = Field(default_factory=list)
     min_score: float = Field(
@@ -555,6 +559,22 @@ class QualitySpec(_Spec):
         description="The quality_score asset check fails below this share of rows passing "
         "every rule.",
     )
+    rule_timeout: Duration = Field(
+        default=timedelta(minutes=30),
+        description="Time limit of the Spark job that evaluates the rules (with the reading "
+        "and staging of the window it does): past it the job is cancelled and the run fails "
+        "naming the rules, with nothing committed, e.g. 10m.",
+    )
+
+    @field_validator("rule_timeout")
+    @classmethod
+    def _timeout_in_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= _MAX_RULE_TIMEOUT:
+            raise ValueError(
+                f"{format_duration(value)}: a rule time limit is between 1s and "
+                f"{format_duration(_MAX_RULE_TIMEOUT)}; write e.g. '30m'"
+            )
+        return value
 
     @field_validator("rules")
     @classmethod

@@ -1,5 +1,6 @@
 """No row lost on a null tie-break; a quality rule that is NULL for every row fails a
-check."""
+check; a rule that runs too long is cancelled, fails the run naming it, and frees the
+table's pool slot."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from incremental_assets.dagster_layer.assets import pool_name
 from incremental_assets.engine import DeltaTarget
-from incremental_assets.engine.errors import NullValuesError
+from incremental_assets.engine.errors import NullValuesError, RuleTimeoutError
 from incremental_assets.engine.quality import QualityReport, rules_not_null_check
 from incremental_assets_tests.builders import (
     ORDERS_YAML,
@@ -19,6 +21,7 @@ from incremental_assets_tests.builders import (
     at,
     load,
     make_spec,
+    order_rows,
     rows,
 )
 
@@ -164,3 +167,73 @@ def test_a_rule_null_for_some_rows_or_a_run_without_rows_passes_the_check():
     assert not outcome.passed and "'amount_positive' was NULL for all 3 rows" in (
         outcome.description
     )
+
+
+# --- a rule under a time limit ------------------------------------------------------------
+
+# Backtracks about C(24, 8) ways on 'a' * 24 + 'b' before failing: seconds per row.
+SLOW = {"name": "slow_pattern", "check": "status RLIKE '(.*a){8}$'", "action": "warn"}
+QUICK = {"name": "amount_positive", "check": "amount > 0", "action": "warn"}
+
+
+def slow_rows(source, count: int = 12) -> None:
+    """``count`` rows whose status makes SLOW backtrack, one file each: Spark stops a
+    cancelled task between files, so what the test leaves running ends within a row."""
+    for i in range(count):
+        source.append(order_rows([(i, "a" * 24 + "b", 1.0, at(1, 1, i))]))
+
+
+def test_a_rule_past_its_time_limit_is_cancelled_and_the_run_fails_naming_it(
+    spark, orders_source, target
+):
+    slow_rows(orders_source)
+    spec = make_spec(orders_source.path, quality={"rules": [QUICK, SLOW], "rule_timeout": "1s"})
+
+    with pytest.raises(RuleTimeoutError) as stopped:
+        load(spark, spec, target, 1)
+
+    message = str(stopped.value)
+    assert "ran past quality.rule_timeout (1s) and was cancelled" in message
+    # Every rule is named, those matching patterns first.
+    assert "Its rules: 'slow_pattern' (status RLIKE '(.*a){8}$'); 'amount_positive'" in message
+    assert stopped.value.rules == ["slow_pattern", "amount_positive"]
+    assert "Nothing was committed" in message and "nested" in message
+    assert not DeltaTable.is_deltatable(target.path)
+    assert spark.getTags() == set()  # the run's tag is gone
+
+    # The session is free for the next run: with the rule corrected, the table loads.
+    fixed = make_spec(
+        orders_source.path,
+        quality={"rules": [QUICK, {**SLOW, "check": "status RLIKE 'a{8}b$'"}]},
+    )
+    result = load(spark, fixed, target, 1)
+    assert result.rows_inserted == 12
+    assert result.quality.failures == {"amount_positive": 0, "slow_pattern": 0}
+
+
+SLOW_YAML = (
+    ORDERS_YAML
+    + """    quality:
+      rule_timeout: 1s
+      rules:
+        - {name: slow_pattern, check: "status RLIKE '(.*a){8}$'", action: quarantine}
+"""
+)
+
+
+def test_a_run_stopped_by_the_rule_time_limit_fails_and_frees_the_tables_pool_slot(tmp_path, spark):
+    project = Project(tmp_path, SLOW_YAML)
+    slow_rows(project.source)
+    pool = pool_name(project.spec.tables[0])
+    overrides = {"concurrency": {"pools": {"default_limit": 1}}}
+
+    with dg.instance_for_test(overrides=overrides) as instance:
+        result = project.materialize(instance, "2026-01-01", raise_on_error=False)
+        failure = next(e for e in result.all_events if e.is_step_failure)
+        claimed = instance.event_log_storage.get_concurrency_info(pool).claimed_slots
+
+    assert not result.success
+    text = failure.step_failure_data.error.to_string()
+    assert "quality.rule_timeout (1s)" in text and "'slow_pattern'" in text
+    assert claimed == []
+    assert not DeltaTable.is_deltatable(project.target.path)

@@ -21,14 +21,14 @@ from typing import ClassVar
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import changes, predicates, quality, transforms, validation
+from incremental_assets.engine import changes, predicates, transforms, validation
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import GuardReport, OutOfRange, out_of_range
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.rows import (
-    checked,
+    checked_in_time,
     divert,
     fail_on_bad_rows,
     observed,
@@ -168,23 +168,24 @@ class Strategy:
         ``<stage_root>/increment``; rows failing a quarantine rule are staged apart."""
         spec = self.spec
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        rows = checked(spec, rows)
-        staged_first = (
-            self.reads_whole_source
-            or remote
-            or any(r.action == "quarantine" for r in spec.quality.rules)
-        )
-        if staged_first:
+        staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
+        if spec.quality.rules:
+            if remote:
+                # A database's window is read once, outside the rules' time limit.
+                rows = staged(rows, stage_root, "window")
+            # The rules are evaluated (and counted) in one job of their own, under
+            # quality.rule_timeout; the quarantine and the increment come from its copy.
+            rows, observation = checked_in_time(spark, spec, rows, stage_root, "checked")
+            rows = divert(spec, rows, stage_root, run_id)
+        elif staged_first:
             rows, observation = observed(spec, rows)
             if remote and not self.reads_whole_source:
                 # Range partitioning samples its input in a job of its own before the write.
                 rows = staged(rows, stage_root, "window")
-            rows = divert(spark, spec, rows, stage_root, run_id)
         else:
             # Observed above the range shuffle: the shuffle's sampling job runs the plan
             # below it once more, and an observation there would count every row twice.
             rows, observation = observed(spec, rows.repartitionByRange(*key_columns))
-            rows = rows.drop(quality.FAILED)
         increment = self.reduce(spark, rows, staged_first, window, state, target, stage_root)
         new_columns: list[str] = []
         if state.schema is not None:

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from incremental_assets.engine import changes, quality, transforms
 from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
 from incremental_assets.engine.snapshots import CHANGE
+from incremental_assets.engine.time_limits import time_limited
 from incremental_assets.specs import TableSpec
 
 
@@ -41,16 +42,27 @@ def observed(spec: TableSpec, rows: DataFrame) -> tuple[DataFrame, Observation]:
     return observed.drop(quality.RESULTS), observation
 
 
-def divert(
-    spark: SparkSession, spec: TableSpec, rows: DataFrame, stage_root: str, run_id: str
-) -> DataFrame:
+def checked_in_time(
+    spark: SparkSession, spec: TableSpec, rows: DataFrame, stage_root: str, name: str
+) -> tuple[DataFrame, Observation]:
+    """The rows checked against the quality rules and counted (``observed``), staged at
+    ``<stage_root>/<name>`` by one Spark job that runs under ``quality.rule_timeout``.
+
+    Raises:
+        RuleTimeoutError: the job ran past the limit and was cancelled.
+    """
+    with time_limited(spark, spec.quality.rule_timeout, lambda: quality.timed_out(spec)):
+        rows, observation = observed(spec, checked(spec, rows))
+        return staged(rows, stage_root, name), observation
+
+
+def divert(spec: TableSpec, checked: DataFrame, stage_root: str, run_id: str) -> DataFrame:
     """Stage the rows that fail a quarantine rule apart (with the rules they failed, the run
-    and the time) and return the others, without the rule names."""
+    and the time) and return the others, without the rule names. ``checked`` is a staged
+    copy (``checked_in_time``): both parts come from it, so the window is read once."""
     rules = spec.quality.rules
     if not any(r.action == "quarantine" for r in rules):
-        return rows.drop(quality.FAILED)
-    # Both parts come from one staged copy: the window is read from the source once.
-    checked = staged(rows, stage_root, "checked")
+        return checked.drop(quality.FAILED)
     diverted = quality.diverted(rules)
     (
         checked.filter(diverted)

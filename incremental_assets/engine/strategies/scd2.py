@@ -30,7 +30,7 @@ from incremental_assets.engine.strategies.base import Staged, Strategy, Transfor
 from incremental_assets.engine.strategies.cdc import Cdc
 from incremental_assets.engine.strategies.rows import (
     change_counts,
-    checked,
+    checked_in_time,
     count_staged,
     fail_on_bad_rows,
     observed,
@@ -120,8 +120,13 @@ class Scd2(Strategy):
             validity = {scd2.valid_from, scd2.valid_to, scd2.is_current}
             held = StructType([f for f in state.schema.fields if f.name not in validity])
             new_columns = validation.check_against_target(spec, rows.drop(changes.OP).schema, held)
-        observed_rows, observation = observed(spec, checked(spec, rows))
-        events = staged(observed_rows.drop(quality.FAILED), stage_root, "events")
+        if spec.quality.rules:
+            # Rules are evaluated in this job, under quality.rule_timeout.
+            events, observation = checked_in_time(spark, spec, rows, stage_root, "events")
+            events = events.drop(quality.FAILED)
+        else:
+            observed_rows, observation = observed(spec, rows)
+            events = staged(observed_rows, stage_root, "events")
         counts = observation.get
         fail_on_bad_rows(spec, counts)
 
