@@ -348,7 +348,8 @@ def rules_not_null_check(report: QualityReport | None) -> CheckOutcome:
         False,
         f"quality rule{'s' if len(always) > 1 else ''} {named} "
         f"{'were' if len(always) > 1 else 'was'} NULL for all {report.rows_checked} rows "
-        "checked, so every row failed it without being judged. Fix the rule's check (a "
+        f"checked, so every row failed {'them' if len(always) > 1 else 'it'} without being "
+        "judged. Fix the rule's check (a "
         "column that is always null, a misspelt name, a comparison with NULL); to accept a "
         "null value, say so in the check (`col IS NULL OR col > 0`).",
         metadata,
