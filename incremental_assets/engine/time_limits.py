@@ -6,8 +6,9 @@ watcher thread waits out the limit, then interrupts the tagged operations, again
 second until the work ends, so an action the work starts after the first interrupt is
 stopped too. Spark Connect interrupts by tag from any thread. Classic Spark keeps a tag's
 real name per thread, so the watcher's ``interruptTag`` finds nothing there; it then
-interrupts the session's operations (``interruptAll``), which are the run's own: a
-session runs one load at a time.
+interrupts the session's operations (``interruptAll``), and when those miss the job too
+(a job may carry no session tag), every job of the Spark context (``cancelAllJobs``).
+Both are the run's own: a process runs one load at a time.
 
 A cancelled task whose thread is stuck inside one row (a regular expression that
 backtracks without end) keeps its core until that row is done: Spark can stop a task only
@@ -44,9 +45,10 @@ def time_limited(
     watch.start()
     try:
         yield
-    except Exception as exc:
+    except Exception:
         if watch.stop():
-            raise expired() from exc
+            # One clear message: the cancelled action's own error is Spark's stack trace.
+            raise expired() from None
         raise
     else:
         watch.stop()
@@ -86,7 +88,22 @@ class _Watch:
                 self._expired.set()
                 # A failed interrupt is tried again a second later.
                 with contextlib.suppress(Exception):
-                    if not self._spark.interruptTag(self._tag):
-                        self._spark.interruptAll()
+                    _interrupt(self._spark, self._tag)
             if self._done.wait(_REPEAT_SECONDS):
                 return
+
+
+def _interrupt(spark: SparkSession, tag: str) -> None:
+    """Interrupt the work tagged ``tag``: by its tag (Spark Connect), else the session's
+    operations, else (classic Spark) every job of the Spark context."""
+    if spark.interruptTag(tag) or spark.interruptAll():
+        return
+    # Classic Spark sometimes submits a job without the session's tags (seen: the rules'
+    # Parquet write of a Delta read, whose job carried only its SQL execution's tag), and
+    # interruptAll misses it. The context's jobs are the run's own (a process runs one load
+    # at a time). Spark Connect has no context here; its operations carry their tags.
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect
+        return
+    context.cancelAllJobs()
