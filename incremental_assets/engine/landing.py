@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
-import posixpath
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,7 +55,6 @@ from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.landing_folder import (
     LandedFile,
     LandingFolder,
-    is_uri,
     spark_path,
 )
 from incremental_assets.engine.landing_schema import csv_header, read_schema
@@ -75,6 +72,7 @@ from incremental_assets.specs.landing import (
     INGESTED_AT,
     SOURCE_FILE,
     LandingSpec,
+    quarantine_folder,
 )
 
 CORRUPT = "_ia_corrupt_record"
@@ -102,11 +100,8 @@ class LandingReport:
 
 
 def quarantine_dir(source_path: str, landing: LandingSpec) -> str:
-    if landing.quarantine is None:
-        return f"{source_path.rstrip('/')}/_quarantine"
-    if is_uri(source_path):  # a relative folder inside it (checked by the spec)
-        return f"{source_path.rstrip('/')}/{posixpath.normpath(landing.quarantine)}"
-    return os.path.join(source_path, landing.quarantine)  # absolute paths win in join
+    # One rule for the spec's storage check and the run (specs/landing.py).
+    return quarantine_folder(source_path, landing)
 
 
 def list_files(
@@ -278,6 +273,9 @@ def load_landing(
             "create it, or correct source.path in the table spec",
         )
     landing = _landing(spec)
+    if target.exists():
+        # Before anything is read or indexed: bronze must be a Delta table this table wrote.
+        target.state("timestamp")
     started = now or datetime.now(timezone.utc)
     pending, listing = pending_files(spec, target, started, spark)
     already = len(listing.ready) - len(pending)

@@ -17,22 +17,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from incremental_assets.specs.locations import staging_location
+
+_PREFIX = "ia-"
+
 
 def beside(target_path: str) -> str | None:
     """The staging folder of a target in a local or mounted warehouse: ``_staging`` next to
     it, where every executor that writes the table can read the increment too (None for an
-    object store, whose runs stage in the driver's temp folder; see docs/limitations.md)."""
-    if "://" in target_path and not target_path.startswith("file://"):
-        return None
-    local = target_path.removeprefix("file://")
-    return os.path.join(os.path.dirname(os.path.abspath(local.rstrip("/"))), "_staging")
+    object store, whose runs stage in the driver's temp folder; see docs/limitations.md).
+    The specs check that no table reads or writes there (specs/locations.py)."""
+    return staging_location(target_path)
 
 
 def create(table: str, staging_dir: str | None = None, kind: str = "") -> str:
     """A new, absolute folder ``ia-[<kind>-]<table>-<pid>-*`` under ``staging_dir``
     (default: the system temp folder), for one run; first removes the folders of this
     table's earlier runs whose process is gone. The run removes it with ``remove``."""
-    prefix = f"ia-{kind + '-' if kind else ''}{table}-"
+    prefix = f"{_PREFIX}{kind + '-' if kind else ''}{table}-"
     parent = staging_dir or tempfile.gettempdir()
     os.makedirs(parent, exist_ok=True)
     remove_orphans(parent, prefix)
@@ -78,6 +80,10 @@ def _alive(pid: int) -> bool:
 
 
 def remove(path: str) -> None:
+    """Remove one run's folder (``ia-*``, made by ``create``); anything else is refused, so
+    a wrong path can never delete what a run did not make."""
+    if not os.path.basename(os.path.normpath(path)).startswith(_PREFIX):
+        raise ValueError(f"{path} is not a run's staging folder ({_PREFIX}*); not removed")
     # A failed Spark job can leave tasks writing for a moment after it raised: retry
     # briefly so no folder they recreate is left behind.
     for _ in range(5):

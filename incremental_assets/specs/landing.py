@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+import posixpath
 from datetime import timedelta
 from typing import Annotated, Literal
 
@@ -38,6 +40,17 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 OBJECT_STORE_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://")
 """URI prefixes of folders on object stores (opened by delta-rs with the storage options)."""
+
+
+def quarantine_folder(source_path: str, landing: LandingSpec) -> str:
+    """Where a landing folder's malformed files go: ``landing.quarantine`` resolved against
+    the landing folder (an absolute local path stands as given), else ``_quarantine``
+    inside it."""
+    if landing.quarantine is None:
+        return f"{source_path.rstrip('/')}/_quarantine"
+    if source_path.startswith(OBJECT_STORE_SCHEMES):  # a folder inside it (checked by the spec)
+        return f"{source_path.rstrip('/')}/{posixpath.normpath(landing.quarantine)}"
+    return os.path.join(source_path, landing.quarantine)  # absolute paths win in join
 
 
 class LandingSpec(BaseModel):

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES
-from incremental_assets.specs.locations import overlaps
+from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES, quarantine_folder
+from incremental_assets.specs.locations import Storage, conflicts
 from incremental_assets.specs.models import (
     ConnectionSpec,
     ProjectSpec,
@@ -130,7 +130,7 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
         tables_raw = []
 
     tables: list[TableSpec] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for index, table_raw in enumerate(tables_raw):
         name = table_raw.get("name") if isinstance(table_raw, dict) else None
         label = name if isinstance(name, str) else f"#{index + 1}"
@@ -142,20 +142,43 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
         except ValidationError as exc:
             problems.extend(_problems(label, exc, TableSpec))
             continue
-        if spec.name in seen:
+        other = seen.get(spec.name.casefold())
+        seen.setdefault(spec.name.casefold(), spec.name)
+        if other == spec.name:
             problems.append((spec.name, "name", "is used by another table; names must be unique"))
-        seen.add(spec.name)
+        elif other is not None:
+            problems.append(
+                (
+                    spec.name,
+                    "name",
+                    f"differs from table '{other}' only in case; on a store or disk that "
+                    "folds case their targets are one folder: rename one of them",
+                )
+            )
         spec = _with_connection(spec, connections, declared, table_raw, problems)
         tables.append(_resolve_paths(spec, base_dir))
 
     if warehouse is not None:
         root = warehouse.root.rstrip("/")
-        problems.extend(overlaps((t.name, t.target.path or f"{root}/{t.name}") for t in tables))
+        problems.extend(conflicts(_storage(t, t.target.path or f"{root}/{t.name}") for t in tables))
 
     if problems:
         raise SpecError(source, problems)
     assert warehouse is not None
     return ProjectSpec(warehouse=warehouse, tables=tables, spark=spark, connections=connections)
+
+
+def _storage(spec: TableSpec, target: str) -> Storage:
+    """Where ``spec`` writes and reads, for the check that no two tables share storage."""
+    source, landing = spec.source.path, spec.source.landing
+    return Storage(
+        table=spec.name,
+        target=target,
+        source=source,
+        source_is_delta=spec.source.format == "delta",
+        landing=landing is not None,
+        quarantine=quarantine_folder(source, landing) if source and landing else None,
+    )
 
 
 def _connections(

@@ -1,10 +1,19 @@
-"""Where each table writes, and the rule that no two tables share storage.
+"""Where each table writes and reads, and the rule that every table owns its storage.
 
 A table writes its target and, beside it, side tables ``<target>__<suffix>`` (CDC
-tombstones, an SCD2 change log, quarantined rows, a landing folder's file index). Two
-tables that reach one location, however it is spelled (a trailing ``/``, ``./``, a
-symlink, ``s3a://`` for ``s3://``), would commit into one Delta table and read each
-other's cursors and rows; so locations are compared in one normal form when the specs load.
+tombstones, an SCD2 change log, quarantined rows, a landing folder's file index), its runs'
+staging folder (``_staging`` beside the target), its checkpoints, and a landing table's
+quarantine folder. None of these may be, contain, or sit inside another table's source,
+target, side tables, landing folder or quarantine folder: a write there would mix two
+tables' files, and a VACUUM or a quarantine move would delete or move the other table's
+data. A table's own target may not meet its own source either. Locations are compared in
+one normal form (a trailing ``/``, ``./``, ``..``, a symlink, ``s3a://`` for ``s3://``) and
+without regard to case, since a store or disk that folds case makes ``Orders`` and
+``orders`` one folder.
+
+One overlap is a layer, not a clash: a table may read another table's target as its Delta
+source (``source: {format: delta, path: <the other's target>}``); only the other table
+writes it.
 
 Example:
     >>> same_location("s3a://bucket/wh/orders/", "s3://bucket/wh//orders")
@@ -15,12 +24,18 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 SIDE_TABLES = ("tombstones", "changes", "quarantine", "files", "source_file_stamps")
 """Suffixes of the Delta tables the loader keeps beside a target, ``<target>__<suffix>``."""
+
+STAGING = "_staging"
+"""The folder beside a local target where its runs stage their increments."""
+
+RESERVED_NAMES = (STAGING, "_delta_log")
+"""Table names that are folders the loader or Delta Lake keep (compared ignoring case)."""
 
 # Schemes that name one store under several spellings.
 _SCHEME_FAMILIES = {
@@ -38,18 +53,97 @@ _SCHEME_FAMILIES = {
     "file": "file",
 }
 
+# What each kind of place is called in a message, and the spec field that puts it there.
+_NOUNS = {
+    "target": "target",
+    "staging": "staging folder",
+    "landing_quarantine": "landing quarantine folder",
+    "checkpoint": "checkpoint folder",
+    "source": "source",
+    "landing": "landing folder",
+}
+_FIELDS = {
+    "target": "target.path",
+    "staging": f"target.path (its staging folder {STAGING})",
+    "landing_quarantine": "source.landing.quarantine",
+    "checkpoint": "target.path (its checkpoint folder)",
+    "source": "source.path",
+    "landing": "source.path",
+}
+_FIXES = {
+    "landing_quarantine": "change source.landing.quarantine",
+    "staging": f"change target.path (the staging folder is {STAGING} beside the target)",
+}
+
 
 @dataclass(frozen=True)
-class Occupied:
-    """One location a table writes: ``role`` is 'target' or the side table's suffix."""
+class Place:
+    """One location of a table. ``role`` is 'target', a side table's suffix, 'staging',
+    'landing_quarantine', 'checkpoint', 'source' or 'landing'; ``location`` is in normal
+    form."""
 
     table: str
     role: str
     location: str
 
     @property
+    def noun(self) -> str:
+        return _NOUNS.get(self.role, f"__{self.role} side table")
+
+    @property
     def field(self) -> str:
-        return "target.path" if self.role == "target" else f"target.path (its __{self.role})"
+        return _FIELDS.get(self.role, f"target.path (its __{self.role})")
+
+    @property
+    def fix(self) -> str:
+        return _FIXES.get(self.role, "change target.path (or the table's name)")
+
+    @property
+    def key(self) -> str:
+        # Compared without case: one folder on a store or disk that folds case.
+        return self.location.casefold()
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where one table writes and reads. ``source``: the folder or Delta table it reads
+    (None for a database); ``quarantine``: its landing quarantine folder;
+    ``checkpoints``: folders its streaming runs keep."""
+
+    table: str
+    target: str
+    source: str | None = None
+    source_is_delta: bool = False
+    landing: bool = False
+    quarantine: str | None = None
+    checkpoints: Sequence[str] = field(default_factory=tuple)
+
+    def owned(self) -> list[Place]:
+        """The places the table writes."""
+        root = normal_location(self.target)
+        places = [Place(self.table, "target", root)]
+        places += [Place(self.table, suffix, f"{root}__{suffix}") for suffix in SIDE_TABLES]
+        staging = staging_location(self.target)
+        if staging is not None:
+            places.append(Place(self.table, "staging", normal_location(staging)))
+        places += [Place(self.table, "checkpoint", normal_location(c)) for c in self.checkpoints]
+        if self.quarantine is not None:
+            places.append(Place(self.table, "landing_quarantine", normal_location(self.quarantine)))
+        return places
+
+    def read(self) -> Place | None:
+        if self.source is None:
+            return None
+        role = "landing" if self.landing else "source"
+        return Place(self.table, role, normal_location(self.source))
+
+    def guarded(self) -> list[Place]:
+        """The places no other table may write: what this table reads and writes (the
+        staging folder only against other kinds of writes: every table beside it stages
+        there, each run in a folder of its own)."""
+        read = self.read()
+        owned = self.owned()
+        return [read, *owned] if read is not None else owned
 
 
 def normal_location(location: str) -> str:
@@ -76,71 +170,142 @@ def same_location(a: str, b: str) -> bool:
     return normal_location(a) == normal_location(b)
 
 
+def staging_location(target: str) -> str | None:
+    """The staging folder of a target in a local or mounted warehouse: ``_staging`` next to
+    it (None for an object store, whose runs stage in the driver's temp folder)."""
+    if "://" in target and not target.startswith("file://"):
+        return None
+    local = target.removeprefix("file://")
+    return os.path.join(os.path.dirname(os.path.abspath(local.rstrip("/"))), STAGING)
+
+
 def _inside(inner: str, outer: str) -> bool:
     return inner != outer and inner.startswith(outer.rstrip("/") + "/")
 
 
-def occupied(table: str, target: str) -> list[Occupied]:
-    """Every location a table with ``target`` writes: the target and its side tables."""
-    root = normal_location(target)
-    return [
-        Occupied(table, "target", root),
-        *[Occupied(table, suffix, f"{root}__{suffix}") for suffix in SIDE_TABLES],
-    ]
+def _relation(a: Place, b: Place) -> str | None:
+    """How ``a`` meets ``b``: 'is', 'lies inside', 'contains', or None."""
+    if a.key == b.key:
+        return "is"
+    if _inside(a.key, b.key):
+        return "lies inside"
+    if _inside(b.key, a.key):
+        return "contains"
+    return None
 
 
-def overlaps(tables: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
-    """Problems, as (table, field, message), for tables whose locations collide: the same
-    location, or a target inside another table's folder (a VACUUM of the outer table
-    would delete the inner one's files). ``tables`` holds (name, target location)."""
-    spots = [spot for name, target in tables for spot in occupied(name, target)]
-    problems: list[tuple[str, str, str]] = []
-    reported: set[tuple[str, str]] = set()
-    for i, spot in enumerate(spots):
-        for other in spots[:i]:
-            if other.table == spot.table or (other.table, spot.table) in reported:
-                continue
-            if spot.location == other.location:
-                what = (
-                    f"writes into the same Delta table as table '{other.table}'"
-                    if spot.role == other.role == "target"
-                    else f"its {_role(spot)} is {_role(other)} of table '{other.table}'"
-                )
-                problems.append(
-                    (
-                        spot.table,
-                        spot.field,
-                        f"{what} ({spot.location}); each table needs a location of its "
-                        "own: change target.path (or the table's name)",
-                    )
-                )
-                reported.add((other.table, spot.table))
-            elif spot.role == other.role == "target" and (
-                _inside(spot.location, other.location) or _inside(other.location, spot.location)
-            ):
-                inner, outer = (
-                    (spot, other) if _inside(spot.location, other.location) else (other, spot)
-                )
-                problems.append(
-                    (
-                        spot.table,
-                        "target.path",
-                        f"the target of table '{inner.table}' ({inner.location}) lies inside "
-                        f"the target of table '{outer.table}' ({outer.location}); a Delta "
-                        "table's folder holds one table: move one of them",
-                    )
-                )
-                reported.add((other.table, spot.table))
+def conflicts(tables: Iterable[Storage]) -> list[tuple[str, str, str]]:
+    """Problems, as (table, field, message): a place one table writes that meets a place
+    another table reads or writes, and a table whose writes meet its own source or whose
+    quarantine meets its own writes. One problem per pair of tables, given to the table
+    whose write is at fault (the later one when both are)."""
+    storages = list(tables)
+    problems = [p for s in storages if (p := _own_problem(s)) is not None]
+    for i, later in enumerate(storages):
+        for earlier in storages[:i]:
+            if later.table.casefold() == earlier.table.casefold():
+                continue  # a repeated name (in any case) is reported as such
+            found = _clash(later, earlier) or _clash(earlier, later)
+            if found is not None:
+                problems.append(found)
     return problems
 
 
-def _role(spot: Occupied) -> str:
-    return "the target" if spot.role == "target" else f"the __{spot.role} side table"
+def _clash(writer: Storage, other: Storage) -> tuple[str, str, str] | None:
+    """The first place ``writer`` writes that meets a place of ``other``."""
+    for mine in writer.owned():
+        for theirs in other.guarded():
+            if mine.role == theirs.role == "staging":
+                continue  # shared by the tables beside it
+            relation = _relation(mine, theirs)
+            if relation is None or _layer(mine, theirs, relation, other):
+                continue
+            return (mine.table, mine.field, _message(mine, theirs, relation))
+    return None
+
+
+def _layer(mine: Place, theirs: Place, relation: str, other: Storage) -> bool:
+    """A target that another table reads as its Delta source: a layer after this table."""
+    return (
+        relation == "is"
+        and mine.role == "target"
+        and theirs.role == "source"
+        and other.source_is_delta
+    )
+
+
+def _message(mine: Place, theirs: Place, relation: str) -> str:
+    if relation == "is" and mine.role == theirs.role == "target":
+        what = f"writes into the same Delta table as table '{theirs.table}' ({mine.location})"
+    elif relation == "is":
+        what = (
+            f"its {mine.noun} is the {theirs.noun} of table '{theirs.table}' "
+            f"({mine.location}, {theirs.field})"
+        )
+    else:
+        what = (
+            f"its {mine.noun} ({mine.location}) {relation} the {theirs.noun} of table "
+            f"'{theirs.table}' ({theirs.location}, {theirs.field})"
+        )
+    return (
+        f"{what}; each table writes only where no other table reads or writes (a write, "
+        f"VACUUM or quarantine there would change the other table's files): {mine.fix}"
+    )
+
+
+def _own_problem(storage: Storage) -> tuple[str, str, str] | None:
+    """A table whose writes meet its own source, or whose quarantine folder meets its own
+    writes or holds its landing folder."""
+    read = storage.read()
+    owned = storage.owned()
+    writes = [p for p in owned if p.role != "landing_quarantine"]
+    quarantine = next((p for p in owned if p.role == "landing_quarantine"), None)
+    if read is not None:
+        for mine in writes:
+            relation = _relation(mine, read)
+            if relation is not None:
+                return (
+                    storage.table,
+                    mine.field,
+                    f"its {mine.noun} ({mine.location}) {relation} its own {read.noun} "
+                    f"({read.location}, source.path): the table would read and rewrite its "
+                    f"own output: {mine.fix}",
+                )
+    if quarantine is None:
+        return None
+    for other in writes:
+        relation = _relation(quarantine, other)
+        if relation is not None:
+            return (
+                storage.table,
+                quarantine.field,
+                f"its {quarantine.noun} ({quarantine.location}) {relation} its own "
+                f"{other.noun} ({other.location}): quarantined files would land among the "
+                f"table's own data: {quarantine.fix}",
+            )
+    if read is not None and _relation(quarantine, read) in ("is", "contains"):
+        return (
+            storage.table,
+            quarantine.field,
+            f"its {quarantine.noun} ({quarantine.location}) {_relation(quarantine, read)} "
+            f"the landing folder ({read.location}): a quarantined file would be read again; "
+            "use a folder inside the landing folder (the default is _quarantine) or one of "
+            "its own outside it",
+        )
+    return None
 
 
 def reserved_suffix(name: str) -> str | None:
-    """The side-table suffix a table name ends with (``orders__quarantine``), else None."""
+    """The side-table suffix a table name ends with (``orders__quarantine``, in any case),
+    else None."""
+    folded = name.casefold()
     for suffix in SIDE_TABLES:
-        if name.endswith(f"__{suffix}"):
+        if folded.endswith(f"__{suffix}"):
             return suffix
     return None
+
+
+def reserved_name(name: str) -> str | None:
+    """The reserved folder name a table name is (``_staging``, ``_delta_log``, in any case),
+    else None."""
+    return next((r for r in RESERVED_NAMES if name.casefold() == r.casefold()), None)

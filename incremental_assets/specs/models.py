@@ -43,7 +43,7 @@ from incremental_assets.specs.landing import (
     OBJECT_STORE_SCHEMES,
     LandingSpec,
 )
-from incremental_assets.specs.locations import reserved_suffix
+from incremental_assets.specs.locations import reserved_name, reserved_suffix, same_location
 from incremental_assets.specs.names import (
     ColumnList,
     ColumnName,
@@ -99,6 +99,10 @@ ID_LOOKBACK_MAX = 2**63 - 1
 SNAPSHOT_AT = "_ia_snapshot_at"
 """The time a snapshot was taken: the order column of snapshot tables, added by the loader."""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_FOR = {
+    "_staging": "where the runs of the tables beside it stage their increments",
+    "_delta_log": "a Delta table's transaction log",
+}
 
 
 class _Spec(BaseModel):
@@ -320,6 +324,20 @@ class SourceSpec(_Spec):
                 raise ValueError(
                     f"landing.quarantine: {quarantine!r}: for a landing folder on an object "
                     "store the quarantine is a folder inside it, e.g. '_quarantine'"
+                )
+            if "://" in quarantine:
+                raise PydanticCustomError(
+                    "field:source.landing.quarantine",
+                    "{value}: a local landing folder's files are moved to a local folder; "
+                    "use a folder inside it, e.g. '_quarantine'",
+                    {"value": repr(quarantine)},
+                )
+            if inside == ".":
+                raise PydanticCustomError(
+                    "field:source.landing.quarantine",
+                    "{value} is the landing folder itself, where a quarantined file would be "
+                    "read again; use a folder inside it, e.g. '_quarantine'",
+                    {"value": repr(quarantine)},
                 )
         return self
 
@@ -630,12 +648,20 @@ class TableSpec(_Spec):
                 f"{value!r} is not a valid table name; use letters, digits and '_' "
                 "and start with a letter"
             )
+        reserved = reserved_name(value)
+        if reserved:
+            raise ValueError(
+                f"{value!r} is the name of a folder the loader or Delta Lake keeps "
+                f"({reserved}: {_RESERVED_FOR[reserved]}); a table of that name would write "
+                f"into it: choose another name, e.g. {value.strip('_')}_table"
+            )
         suffix = reserved_suffix(value)
         if suffix:
+            stem = value[: -len(suffix) - 2]
             raise ValueError(
                 f"{value!r} ends in '__{suffix}', which the loader reserves for the side "
-                f"table it keeps beside a target ({value.removesuffix('__' + suffix)}'s "
-                f"__{suffix}); choose another name, e.g. {value.replace('__', '_')}"
+                f"table it keeps beside a target ({stem}'s __{suffix}); choose another "
+                f"name, e.g. {value.replace('__', '_')}"
             )
         return value
 
@@ -859,3 +885,15 @@ class ProjectSpec(_Spec):
         if spec.target.path:
             return spec.target.path
         return f"{self.warehouse.root.rstrip('/')}/{spec.name}"
+
+    def readers_of(self, spec: TableSpec) -> list[str]:
+        """The tables that read ``spec``'s target as their Delta source (layers after it)."""
+        target = self.target_path(spec)
+        return [
+            t.name
+            for t in self.tables
+            if t.name != spec.name
+            and t.source.format == "delta"
+            and t.source.path is not None
+            and same_location(t.source.path, target)
+        ]
