@@ -695,7 +695,12 @@ def _target(project, spec):
 
     # Object stores: warehouse.storage_options, and credentials from the environment
     # (AWS_*, AZURE_*, ...), as the Dagster resource gets them by default.
-    return DeltaTarget(spec.name, project.target_path(spec), project.warehouse.storage_options)
+    return DeltaTarget(
+        spec.name,
+        project.target_path(spec),
+        project.warehouse.storage_options,
+        read_by=project.readers_of(spec),
+    )
 
 
 def _text(value: object) -> str:

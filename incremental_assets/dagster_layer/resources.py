@@ -58,7 +58,12 @@ class DeltaWarehouse(dg.ConfigurableResource):
         return {**options, **self.options}
 
     def target(self, project: ProjectSpec, spec: TableSpec) -> DeltaTarget:
-        return DeltaTarget(spec.name, project.target_path(spec), self.storage_options())
+        return DeltaTarget(
+            spec.name,
+            project.target_path(spec),
+            self.storage_options(),
+            read_by=project.readers_of(spec),
+        )
 
 
 class DeltaSparkResource(PySparkResource):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 
 from pyspark.sql.types import (
     ByteType,
@@ -94,8 +95,11 @@ def check_source_columns(spec: TableSpec, schema: StructType) -> None:
             )
 
 
-def check_against_target(spec: TableSpec, incoming: StructType, target: StructType) -> list[str]:
+def check_against_target(
+    spec: TableSpec, incoming: StructType, target: StructType, read_by: Sequence[str] = ()
+) -> list[str]:
     """Compare the normalized incoming schema with the target's. Returns new column names.
+    ``read_by``: tables that read the target as their source (named in the fix).
 
     Raises:
         SchemaMismatchError: a shared column changed type, a target column vanished from the
@@ -126,7 +130,34 @@ def check_against_target(spec: TableSpec, incoming: StructType, target: StructTy
         raise SchemaMismatchError(
             spec.name,
             new[0],
-            f"new source columns {new} are not in the target.",
-            "set on_schema_change: append_new_columns in the table spec to add them",
+            f"new source columns {new} are not in the target.{_read_by(read_by)}",
+            new_columns_fix(spec, read_by),
         )
     return new
+
+
+def new_columns_fix(spec: TableSpec, read_by: Sequence[str]) -> str:
+    """What to do about new source columns. Adding them to a target that other tables read
+    as their source would change those tables' input too, so the fix then is the spec (the
+    target or the source), never ``append_new_columns``."""
+    if not read_by:
+        return "set on_schema_change: append_new_columns in the table spec to add them"
+    return (
+        f"if target.path of table '{spec.name}' is meant to be another place, correct it "
+        "in the spec; otherwise remove the new columns from the source (e.g. in a view), "
+        f"or change this table and {_tables(read_by)} together"
+    )
+
+
+def _read_by(read_by: Sequence[str]) -> str:
+    if not read_by:
+        return ""
+    return (
+        f" The target is the source of {_tables(read_by)} (source.path): adding columns to "
+        "it changes what they read."
+    )
+
+
+def _tables(names: Sequence[str]) -> str:
+    quoted = ", ".join(f"'{n}'" for n in names)
+    return f"table {quoted}" if len(names) == 1 else f"tables {quoted}"

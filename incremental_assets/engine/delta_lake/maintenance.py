@@ -5,10 +5,20 @@ files that no snapshot inside the retention window needs, done by Spark's Delta 
 Maintenance commits carry ``incremental_assets.maintenance`` and never
 ``incremental_assets.table``, so they are not taken for loads, and they hold no application
 transaction, so the cursor stays as it is. Compaction rewrites files without changing a
-row (``dataChange: false``); vacuum only deletes files the log has removed, longer ago than
-the retention (files a running load may still be writing are not in the log and are never
-touched). A table's side tables (``<target>__tombstones``, ``__changes``, ``__quarantine``,
+row (``dataChange: false``). Vacuum only deletes files the table's own log records as
+removed, longer ago than the retention: it is ``VACUUM ... LITE``, which finds them in the
+log, where a plain VACUUM deletes every file in the folder that the table does not use
+(someone's ``important.txt``, another table's Parquet files, files a running load is still
+writing). A table's side tables (``<target>__tombstones``, ``__changes``, ``__quarantine``,
 ``__files``) are maintained with it.
+
+LITE refuses a table whose log no longer reaches back to the last LITE vacuum (log cleanup,
+``delta.logRetentionDuration``, removed the commits in between, or the table was never
+vacuumed LITE before its first commits were cleaned up): ``DELTA_CANNOT_VACUUM_LITE``, and
+Delta's advice, a full VACUUM, is the listing kind above. Such a table is vacuumed from its
+snapshot instead: the files its checkpoint still records as removed longer ago than the
+retention are deleted (``vacuum_note`` says so); a file whose removal the log no longer
+records at all is left in place, like any file the table does not know.
 
 Example:
     >>> maintain_table(spark, DeltaTarget("orders", path), MaintenanceSettings())  # doctest: +SKIP
@@ -80,6 +90,7 @@ class MaintenanceResult:
     files_compacted: int = 0
     files_written: int = 0
     files_vacuumed: int = 0
+    vacuum_note: str = ""
 
     def metadata(self, prefix: str = "") -> dict[str, int]:
         return {
@@ -130,11 +141,12 @@ def maintain(
     files_before, bytes_before = _live(table)
     stale_before = len(_stale(table, storage))
     compacted = written = vacuumed = 0
+    note = ""
     if settings.compact:
         compacted, written = _optimize(spark, target, settings)
         table = target.open()
     if settings.retention_hours is not None:
-        vacuumed = _vacuum(spark, target, table, storage, settings)
+        vacuumed, note = _vacuum(spark, target, table, storage, settings)
         table = target.open()
     files_after, bytes_after = _live(table)
     return MaintenanceResult(
@@ -151,6 +163,7 @@ def maintain(
         files_compacted=compacted,
         files_written=written,
         files_vacuumed=vacuumed,
+        vacuum_note=note,
     )
 
 
@@ -181,10 +194,12 @@ def _vacuum(
     table: DeltaTable,
     storage: pafs.FileSystem,
     settings: MaintenanceSettings,
-) -> int:
-    """Delete the removed files older than the retention; returns how many existed. No
-    vacuum runs when there is nothing to delete."""
-    sql = f"VACUUM delta.{_quoted(target.spark_path)} RETAIN {settings.retention_hours} HOURS"
+) -> tuple[int, str]:
+    """Delete the files the log removed longer ago than the retention (``VACUUM ...
+    LITE``); returns how many existed, and a note when the snapshot's tombstones stood in
+    for LITE. No vacuum runs when there is nothing to delete."""
+    assert settings.retention_hours is not None
+    sql = f"VACUUM delta.{_quoted(target.spark_path)} RETAIN {settings.retention_hours} HOURS LITE"
     conf = {
         **_tag("vacuum"),
         "spark.databricks.delta.retentionDurationCheck.enabled": str(
@@ -204,15 +219,51 @@ def _vacuum(
         )
     root = _local(target.path).rstrip("/") + "/"
     with delta_commits.session_settings(spark, conf):
+        try:
+            dry_run = spark.sql(f"{sql} DRY RUN").collect()
+        except Exception as exc:  # py4j wraps Delta's exceptions; told apart by name
+            if LOG_TOO_SHORT not in str(exc):
+                raise
+            return _vacuum_from_snapshot(table, storage, settings.retention_hours)
         # The log keeps a removed file's tombstone after the file is deleted: count (and
         # act on) the files that still exist.
-        dry_run = spark.sql(f"{sql} DRY RUN").collect()
         listed = {_local(r[0]).removeprefix(root) for r in dry_run}
         due = listed.intersection(_local(p).removeprefix(root) for p in _stale(table, storage))
         if not due:
-            return 0
+            return 0, ""
         spark.sql(sql).collect()
-    return len(due)
+    return len(due), ""
+
+
+LOG_TOO_SHORT = "DELTA_CANNOT_VACUUM_LITE"
+"""Delta's refusal of VACUUM LITE when the log no longer covers the files to delete."""
+
+
+def _vacuum_from_snapshot(
+    table: DeltaTable, storage: pafs.FileSystem, retention_hours: int
+) -> tuple[int, str]:
+    """What LITE would do, from the snapshot: delete the files its tombstones (kept in the
+    checkpoint) removed longer than ``retention_hours`` ago. Nothing else is touched."""
+    due = table.vacuum(
+        retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False
+    )
+    infos = storage.get_file_info(due) if due else []
+    existing = [i.path for i in infos if i.type == pafs.FileType.File]
+    for path in existing:
+        storage.delete_file(path)
+    # Hadoop's local file system keeps a checksum '.<name>.crc' beside each file it wrote.
+    folder_and_name = [p.rpartition("/") for p in existing]
+    checksums = [f"{d}{s}.{name}.crc" for d, s, name in folder_and_name]
+    for info in storage.get_file_info(checksums) if checksums else []:
+        if info.type == pafs.FileType.File:
+            storage.delete_file(info.path)
+    note = (
+        f"VACUUM LITE refused the table ({LOG_TOO_SHORT}: its log no longer reaches back to "
+        f"the last vacuum); {len(existing)} files its snapshot records as removed were "
+        "deleted instead, and files whose removal the log no longer records were left in "
+        "place (keep delta.logRetentionDuration above the time between vacuums)"
+    )
+    return len(existing), note
 
 
 def _minimum_retention_hours(table: DeltaTable) -> int:

@@ -10,7 +10,7 @@ orchestrator. Reading the state needs no Spark (delta-rs reads the log; it never
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 from incremental_assets.engine.changes import OP
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.folders import describe, held
 from incremental_assets.engine.delta_lake.merge_plan import (
     MergePlan,
     delete,
@@ -104,12 +105,20 @@ class CommitResult:
 
 class DeltaTarget:
     """One table's Delta location and storage options (delta-rs ``storage_options``, for
-    reading the log; Spark writes with its own Hadoop settings)."""
+    reading the log; Spark writes with its own Hadoop settings). ``read_by``: the tables
+    that read this one as their source (a layer after it), named in errors about it."""
 
-    def __init__(self, table: str, path: str, storage_options: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        table: str,
+        path: str,
+        storage_options: Mapping[str, str] | None = None,
+        read_by: Sequence[str] = (),
+    ):
         self.table_name = table
         self.path = path
         self.storage_options = dict(storage_options or {})
+        self.read_by = tuple(read_by)
 
     def exists(self) -> bool:
         return DeltaTable.is_deltatable(self.path, storage_options=self.storage_options or None)
@@ -148,6 +157,7 @@ class DeltaTarget:
             commits, recent = self.cursor_commits(table), None
         last_load = next((c for c in commits if "rewind" not in c), {})
         self._check_owner(last_load)
+        self._check_written_here(table, sequence, commits)
         source = _recorded_source(commits)
         if source is None and recent is not None and table.version() >= recent:
             # Older commits may hold it (replays and other commits record none).
@@ -214,6 +224,36 @@ class DeltaTarget:
                 f"give table '{self.table_name}' its own target.path, or, if it was renamed "
                 f"from '{owner}', keep the name '{owner}'",
             )
+
+    def _check_written_here(
+        self, table: DeltaTable, sequence: int | None, commits: list[dict]
+    ) -> None:
+        """A Delta table this table did not write (no load or rewind of it in the log, and
+        no transaction of it in the checkpoint) is someone else's: another table's Delta
+        source, or a table of another tool. Loading into it would change their data."""
+        name = self.table_name
+        if sequence is not None or any(
+            c.get("table") == name or c.get("rewind") == name for c in commits
+        ):
+            return
+        newest = (table.history(1) or [{}])[0]
+        raise TargetOwnedError(
+            name,
+            f"the folder {self.path} holds a Delta table that table '{name}' did not write "
+            f"(version {table.version()}, last commit: {newest.get('operation', '?')}; its "
+            "log has no load of this table); loading into it would change data that is not "
+            "this table's, e.g. another table's source. Nothing was written.",
+            f"give table '{name}' a target.path of its own (a new or empty folder): a table "
+            "is created only there, or loads a Delta table it created itself",
+        )
+
+    def check_unclaimed(self) -> None:
+        """Before the table is created: its folder must not exist or be empty.
+
+        Raises:
+            TargetOwnedError: naming what the folder holds.
+        """
+        unclaimed(self.table_name, self.path, self.storage_options, "target.path")
 
     def loads(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """This loader's commits, newest first, with their metadata and Delta metrics."""
@@ -328,6 +368,7 @@ class DeltaTarget:
         if not state.exists:
             if staged_rows == 0 and cursor_after is None:
                 return CommitResult(committed=False, version=None)
+            self.check_unclaimed()
             rows = staged
             if plan.writes_by_merge_only:
                 # A change set's first load: nothing to delete or supersede yet, so its
@@ -439,12 +480,45 @@ class DeltaTarget:
 
 
 class SideTable:
-    """A Delta table the loader keeps beside a target, ``<target>__<SUFFIX>``."""
+    """A Delta table the loader keeps beside a target, ``<target>__<SUFFIX>``. Its first
+    write creates it, only in a folder that does not exist or is empty; a later write
+    only on a Delta table whose recent commits include the loader's."""
 
     SUFFIX = ""
 
     def __init__(self, target: DeltaTarget):
+        self.owner = target.table_name
         self.location = target.beside(self.SUFFIX)
+
+    def _creating(self) -> bool:
+        """True when this write creates the side table (its folder checked empty first);
+        False for one of the loader's existing side tables.
+
+        Raises:
+            TargetOwnedError: the folder holds other files, or a Delta table the loader
+                did not write.
+        """
+        if not self.location.exists():
+            unclaimed(
+                self.owner,
+                self.location.path,
+                self.location.storage_options,
+                f"target.path (its __{self.SUFFIX} side table)",
+            )
+            return True
+        table = self.location.open()
+        recent = table.history(20)
+        if recent and not any(_loaders(c) for c in recent):
+            raise TargetOwnedError(
+                self.owner,
+                f"the folder {self.location.path}, where the loader keeps this table's "
+                f"__{self.SUFFIX} side table, holds a Delta table the loader did not write "
+                f"(version {table.version()}, last commit: {recent[0].get('operation', '?')})"
+                ". Nothing was written.",
+                f"move that Delta table away, or give table '{self.owner}' another "
+                "target.path (its side tables sit beside the target)",
+            )
+        return False
 
     def to_spark(
         self, spark: SparkSession, holding: delta_io.KeySet | None = None
@@ -460,7 +534,7 @@ class SideTable:
         (the first one creates the table): recording the same rows twice adds nothing."""
         record = delta_commits.record({"side_table": self.SUFFIX, **(extra or {})})
         path = self.location.spark_path
-        if not self.location.exists():
+        if self._creating():
             delta_commits.append(rows, path, record, options=table_options(rows.columns))
             return
         with delta_commits.idempotent(rows.sparkSession, None, None, record):
@@ -494,7 +568,7 @@ class Tombstones(SideTable):
             return 0
         record = delta_commits.record({"side_table": self.SUFFIX})
         path = self.location.spark_path
-        if not self.location.exists():
+        if self._creating():
             delta_commits.append(deletes, path, record, options=table_options(deletes.columns))
             return count
         wm = quote(watermark)
@@ -515,6 +589,7 @@ class ChangeLog(SideTable):
     def append(self, spark: SparkSession, staged_path: str) -> int:
         rows = pads.dataset(staged_path, format="parquet").count_rows()
         if rows:
+            self._creating()  # checks the folder or the log; an append either way
             changes = spark.read.parquet(staged_path)
             delta_commits.append(
                 changes,
@@ -533,6 +608,35 @@ def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:
         if identity:
             return str(identity), int(commit["version"])
     return None
+
+
+def unclaimed(table: str, path: str, storage_options: Mapping[str, str] | None, field: str) -> None:
+    """Refuse to create a Delta table of ``table`` at ``path`` unless the folder does not
+    exist or is empty (``field``: the spec setting that put it there).
+
+    Raises:
+        TargetOwnedError: naming what the folder holds and the fix.
+    """
+    names = held(path, storage_options)
+    if not names:
+        return
+    raise TargetOwnedError(
+        table,
+        f"the folder {path} ({field}) is not empty and holds no Delta table of this table: "
+        f"it holds {describe(names)}. Creating the table there would mix its files with "
+        "those, and its VACUUM or rewrites could delete them. Nothing was written.",
+        f"give table '{table}' a target.path of its own (a new or empty folder), or move "
+        "those files out; if they are left from this table's own first load that was "
+        "interrupted, remove them",
+    )
+
+
+def _loaders(commit: Mapping[str, Any]) -> bool:
+    """Whether a commit read from the log is the loader's: a load, a side table's write or
+    a maintenance step (which tags its commits ``incremental_assets.maintenance``)."""
+    text = commit.get("userMetadata")
+    tagged = isinstance(text, str) and text.lstrip().startswith('{"incremental_assets')
+    return tagged or delta_commits.parse(commit) is not None
 
 
 def acting_rows_path(staged_path: str) -> str:

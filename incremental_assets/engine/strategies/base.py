@@ -190,7 +190,9 @@ class Strategy:
         new_columns: list[str] = []
         if state.schema is not None:
             incoming = increment.drop(changes.OP, CHANGE)
-            new_columns = validation.check_against_target(spec, incoming.schema, state.schema)
+            new_columns = validation.check_against_target(
+                spec, incoming.schema, state.schema, target.read_by
+            )
         increment = increment.sortWithinPartitions(*key_columns)
         increment.write.mode("overwrite").parquet(f"{stage_root}/increment")
         counts = observation.get

@@ -119,7 +119,9 @@ class Scd2(Strategy):
         if state.schema is not None:
             validity = {scd2.valid_from, scd2.valid_to, scd2.is_current}
             held = StructType([f for f in state.schema.fields if f.name not in validity])
-            new_columns = validation.check_against_target(spec, rows.drop(changes.OP).schema, held)
+            new_columns = validation.check_against_target(
+                spec, rows.drop(changes.OP).schema, held, target.read_by
+            )
         if spec.quality.rules:
             # Rules are evaluated in this job, under quality.rule_timeout.
             events, observation = checked_in_time(spark, spec, rows, stage_root, "events")
