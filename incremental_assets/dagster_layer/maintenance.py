@@ -84,6 +84,8 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
                 f"{result.table}: files {result.files_before} -> {result.files_after}, "
                 f"{result.files_vacuumed} removed files vacuumed"
             )
+            if result.vacuum_note:
+                context.log.warning(f"{result.table}: {result.vacuum_note}")
         if not results:
             metadata["skipped"] = "the table has not been loaded yet"
         else:

@@ -297,7 +297,9 @@ def load_landing(
             # Before any read: a type change, or a new column under 'fail', stops the run.
             bronze = delta_io.spark_schema(target.open()) if target.exists() else None
             paths = {local[f.path]: f.path for f in readable}
-            schema = read_schema(spark, spec, bronze, list(paths), names=paths)
+            schema = read_schema(
+                spark, spec, bronze, list(paths), names=paths, read_by=target.read_by
+            )
             _read(spark, spec, readable, schema, local).write.mode("overwrite").parquet(raw_path)
             stats = _file_stats(raw_path)
         good, changed = [], len(moved)

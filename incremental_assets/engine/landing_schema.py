@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow.parquet as pq
@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 
 from incremental_assets.engine.errors import SchemaMismatchError
 from incremental_assets.engine.landing_folder import spark_path
+from incremental_assets.engine.validation import new_columns_fix
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.landing import FILE_KEYS, INGESTED_AT
 
@@ -95,9 +96,11 @@ def read_schema(
     bronze: StructType | None,
     paths: list[str],
     names: Mapping[str, str] | None = None,
+    read_by: Sequence[str] = (),
 ) -> StructType:
     """The schema to read ``paths`` with; ``names`` maps a path read to the file it is a
-    copy of (an object-store file), for messages.
+    copy of (an object-store file), for messages; ``read_by``: tables that read bronze as
+    their source (named in the fix for new columns).
 
     Raises:
         SchemaMismatchError: a column changed type, or a new column appeared while
@@ -119,10 +122,12 @@ def read_schema(
         changes = _json_changes(spark, spec, known, paths)
     if names:
         changes = [replace(c, file=names.get(c.file, c.file)) for c in changes]
-    return evolve(spec, known, changes)
+    return evolve(spec, known, changes, read_by)
 
 
-def evolve(spec: TableSpec, known: StructType, changes: list[Change]) -> StructType:
+def evolve(
+    spec: TableSpec, known: StructType, changes: list[Change], read_by: Sequence[str] = ()
+) -> StructType:
     """``known`` plus the new columns, or the error that the changes call for."""
     changed = [c for c in changes if not c.is_new]
     if changed:
@@ -151,7 +156,9 @@ def evolve(spec: TableSpec, known: StructType, changes: list[Change]) -> StructT
             f"file {first.file}: new columns {sorted(added)} are not in the table; nothing "
             "was loaded.",
             "set on_schema_change: append_new_columns in the table spec to add them to the "
-            "table (earlier rows null), or add them to source.schema",
+            "table (earlier rows null), or add them to source.schema"
+            if not read_by
+            else new_columns_fix(spec, read_by),
         )
     return StructType(
         [*known.fields, *[StructField(c.column, c.new, True) for c in added.values()]]
