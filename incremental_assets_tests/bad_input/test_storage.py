@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.delta_lake.folders import held
 from incremental_assets.engine.delta_lake.maintenance import MaintenanceSettings, maintain
 from incremental_assets.engine.delta_lake.store import Tombstones
 from incremental_assets.engine.errors import SchemaMismatchError, TargetOwnedError
@@ -28,6 +30,8 @@ from incremental_assets_tests.builders import (
     make_spec,
     order_rows,
 )
+from incremental_assets_tests.object_stores import SERVERS
+from incremental_assets_tests.postgres import skip_or_fail_on_ci
 
 IMPORTANT = "keep me: not a table's file\n"
 
@@ -241,6 +245,31 @@ def test_a_side_table_is_not_created_in_a_folder_holding_other_files(spark, tmp_
 
     assert "customers__tombstones" in str(info.value) and "important.txt" in str(info.value)
     assert files_in(folder) == {"important.txt": IMPORTANT.encode()}
+
+
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def store(request, tmp_path_factory):
+    server_class = SERVERS[request.param]
+    missing = server_class.missing()
+    if missing:
+        skip_or_fail_on_ci(missing)
+    server = server_class(tmp_path_factory.mktemp(request.param))
+    yield server
+    server.stop()
+
+
+def test_what_an_object_store_folder_holds_is_seen_before_a_table_is_created(store):
+    bucket = f"warehouse-{uuid.uuid4().hex[:12]}"
+    store.create(bucket)
+    options = store.warehouse().storage_options()
+    folder = store.folder(bucket, "warehouse/orders")
+
+    assert held(folder, options) == []
+    store.put(bucket, "warehouse/orders_2/part-0.parquet", "another table's")
+    assert held(folder, options) == []  # a sibling with a longer name is not inside
+    store.put(bucket, "warehouse/orders/important.txt", IMPORTANT)
+    store.put(bucket, "warehouse/orders/events/part-0.parquet", "another table's")
+    assert held(folder, options) == ["events", "important.txt"]
 
 
 # --- VACUUM deletes only what the table's own log removed --------------------------------
