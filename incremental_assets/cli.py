@@ -700,6 +700,7 @@ def _target(project, spec):
         project.target_path(spec),
         project.warehouse.storage_options,
         read_by=project.readers_of(spec),
+        catalog_table=spec.target.table,
     )
 
 

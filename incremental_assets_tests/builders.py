@@ -56,6 +56,19 @@ def order_rows(rows: list[tuple[int, str, float, datetime]]) -> pa.Table:
     return table_of(ORDERS, rows)
 
 
+def hive_catalog_conf(folder: Path) -> dict[str, str]:
+    """Spark settings for a catalog backed by a Hive metastore in ``folder``: embedded
+    Derby (one process at a time) and the managed tables' warehouse beside it."""
+    derby = f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(folder / "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": derby,
+        # Derby's log, written to the process's working folder unless told.
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={folder}",
+    }
+
+
 class DeltaSourceTable:
     """A mutable source table (like a database table) stored as Delta."""
 

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.spark.connect_server import ConnectServer
 from incremental_assets.engine.spark_session import local_session
-from incremental_assets_tests.builders import DeltaSourceTable
+from incremental_assets_tests.builders import DeltaSourceTable, hive_catalog_conf
 from incremental_assets_tests.object_stores import S3Server
 from incremental_assets_tests.postgres import free_port, skip_or_fail_on_ci
 from incremental_assets_tests.servers import (
@@ -39,13 +39,17 @@ def s3_endpoint() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(s3_endpoint: str) -> Iterator[SparkSession]:
+def spark(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     conf = {
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": "2g",
         "spark.databricks.delta.snapshotPartitions": "2",
         # s3a (and s3://) on the moto server; the AWS SDK stays on the driver's class path.
         **s3_spark_conf(s3_endpoint),
+        # Spark's catalog backed by a Hive metastore, as in production, for the tests of
+        # catalog tables (engine/test_catalog_tables.py): embedded Derby in this session's
+        # own folder, opened on the first catalog lookup.
+        **hive_catalog_conf(tmp_path_factory.mktemp("catalog")),
     }
     # JDBC drivers must be on the classpath at session start (engine/sources/test_jdbc.py).
     if Path("/usr/share/java/postgresql.jar").exists():

@@ -19,7 +19,11 @@ from incremental_assets.dagster_layer.landing import (
     landing_check_specs,
     landing_metadata,
 )
-from incremental_assets.dagster_layer.metadata import load_metadata, table_metadata
+from incremental_assets.dagster_layer.metadata import (
+    load_metadata,
+    table_metadata,
+    table_name_metadata,
+)
 from incremental_assets.dagster_layer.partitions import automation_for, load_request, partitions_for
 from incremental_assets.dagster_layer.pools import mark_worker
 from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
@@ -71,6 +75,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
             "strategy": spec.strategy.kind,
             "watermark": f"{wm.column} ({wm.kind})",
             "target": dg.MetadataValue.path(target_path),
+            **table_name_metadata(target_path, spec.target.table),
         },
     )
     def _load(
@@ -115,6 +120,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
         )
         metadata = {
             **load_metadata(result, target_path),
+            **table_name_metadata(target_path, spec.target.table),
             **table_metadata(target.open() if target.exists() else None, column_roles(spec)),
             **landing_metadata(result),
         }

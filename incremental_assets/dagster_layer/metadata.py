@@ -7,6 +7,8 @@ from collections.abc import Iterable
 import dagster as dg
 from deltalake import DeltaTable
 
+from incremental_assets.engine.delta_lake.catalog import sql_table
+from incremental_assets.engine.delta_lake.io import spark_uri
 from incremental_assets.engine.delta_lake.store import row_count
 from incremental_assets.engine.load import LoadResult
 from incremental_assets.engine.watermarks import format_value
@@ -67,6 +69,19 @@ def table_metadata(table: DeltaTable | None, roles: dict[str, str] | None = None
     return {
         "dagster/column_schema": column_schema(table, roles),
         "dagster/row_count": row_count(table),
+    }
+
+
+def table_name_metadata(target_path: str, catalog_table: str | None) -> dict:
+    """The table's name as Dagster's catalog shows it (``dagster/table_name``, a fully
+    qualified name): its catalog name, or for a path target the name Spark SQL gives it
+    (``delta.`<location>```), with ``dagster/uri`` the location and ``dagster/storage_kind``
+    delta."""
+    name = sql_table(spark_uri(target_path), None) if catalog_table is None else catalog_table
+    return {
+        "dagster/table_name": name,
+        "dagster/storage_kind": "delta",
+        "dagster/uri": target_path,
     }
 
 

@@ -63,6 +63,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
             project.target_path(spec),
             self.storage_options(),
             read_by=project.readers_of(spec),
+            catalog_table=spec.target.table,
         )
 
 

@@ -69,6 +69,11 @@ class TargetOwnedError(IncrementalLoadError):
     """The target's Delta log holds another table's loads."""
 
 
+class CatalogTableError(IncrementalLoadError):
+    """A table named in Spark's catalog is missing, not Delta, or not the one at the
+    table's location."""
+
+
 class SourceSwitchedError(IncrementalLoadError):
     """The table's source is not the one its last load (or accepted rewind) read: another
     database, table, path or format. ``recorded`` and ``current`` are the two identities."""

@@ -570,6 +570,7 @@ def run_landing_load(
     DiskFullError, as in ``run_load``."""
     started = time.perf_counter()
     clock = datetime.now(timezone.utc)
+    target.check_catalog(spark)
     staging_parent = staging_dir or staging.beside(target.path)
     with naming_full_disks(spark, spec.name, target.path, staging_parent):
         report = load_landing(

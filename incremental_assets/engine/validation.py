@@ -107,13 +107,15 @@ def check_against_target(
     """
     target_types = {f.name: f.dataType for f in target.fields}
     incoming_types = {f.name: f.dataType for f in incoming.fields}
+    # A catalog table may have been created by someone else: say which one differs.
+    named = f" The target is catalog table {spec.target.table}." if spec.target.table else ""
     for name, dtype in incoming_types.items():
         if name in target_types and target_types[name].simpleString() != dtype.simpleString():
             raise SchemaMismatchError(
                 spec.name,
                 name,
                 f"column '{name}' is {dtype.simpleString()} in the source but "
-                f"{target_types[name].simpleString()} in the target.",
+                f"{target_types[name].simpleString()} in the target." + named,
                 "cast it back in the source, or migrate the target table (a type change "
                 "is never applied silently)",
             )
@@ -122,7 +124,7 @@ def check_against_target(
         raise SchemaMismatchError(
             spec.name,
             missing[0],
-            f"target columns {missing} are no longer in the source.",
+            f"target columns {missing} are no longer in the source." + named,
             "restore them in the source, or migrate the target table",
         )
     new = [n for n in incoming_types if n not in target_types]
@@ -130,7 +132,7 @@ def check_against_target(
         raise SchemaMismatchError(
             spec.name,
             new[0],
-            f"new source columns {new} are not in the target.{_read_by(read_by)}",
+            f"new source columns {new} are not in the target.{_read_by(read_by)}" + named,
             new_columns_fix(spec, read_by),
         )
     return new

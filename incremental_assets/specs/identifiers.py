@@ -106,3 +106,40 @@ def _what_is_at(text: str, pos: int) -> str:
 def _refusal(text: str, problem: str) -> str:
     shown = text if len(text) <= 80 else text[:77] + "..."
     return f"{shown!r} is not a table name ({problem}): {_RULE}"
+
+
+# Spark catalog names: plain parts only. Spark would take backquoted names too, but the
+# metastores fold and restrict names (Hive: lower case, letters, digits and '_'), so a
+# name outside that set would not be found under the spelling the spec gives.
+_CATALOG_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The session catalog's own name: ``spark_catalog.sales.orders`` is ``sales.orders``.
+SESSION_CATALOG = "spark_catalog"
+
+
+def catalog_table_name(value: str) -> str:
+    """A Spark catalog table name: ``table``, ``schema.table`` or ``catalog.schema.table``,
+    each part letters, digits and ``_`` (not starting with a digit)."""
+    parts = value.split(".")
+    if len(parts) > MAX_PARTS or not all(_CATALOG_PART.fullmatch(p) for p in parts):
+        raise ValueError(
+            f"{value!r} is not a catalog table name: write 1 to 3 dot-separated names "
+            "(table, schema.table or catalog.schema.table), each of letters, digits and '_' "
+            "not starting with a digit, e.g. sales.orders or main.sales.orders"
+        )
+    return value
+
+
+CatalogTableName = Annotated[str, AfterValidator(catalog_table_name)]
+"""A table in Spark's catalog (Hive metastore, Unity Catalog): 1 to 3 plain names."""
+
+
+def catalog_key(name: str) -> str:
+    """One spelling per catalog table, for telling whether two names reach one table:
+    lower case (catalogs fold names), the session catalog's prefix dropped, and a bare
+    name in the ``default`` schema (the session's current one unless changed)."""
+    parts = name.lower().split(".")
+    if len(parts) == 3 and parts[0] == SESSION_CATALOG:
+        parts = parts[1:]
+    if len(parts) == 1:
+        parts = ["default", *parts]
+    return ".".join(parts)

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES, quarantine_folder
-from incremental_assets.specs.locations import Storage, conflicts
+from incremental_assets.specs.locations import Storage, catalog_overlaps, conflicts
 from incremental_assets.specs.models import (
     ConnectionSpec,
     ProjectSpec,
@@ -161,6 +161,7 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
     if warehouse is not None:
         root = warehouse.root.rstrip("/")
         problems.extend(conflicts(_storage(t, t.target.path or f"{root}/{t.name}") for t in tables))
+    problems.extend(catalog_overlaps((t.name, t.target.table) for t in tables))
 
     if problems:
         raise SpecError(source, problems)

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from incremental_assets.specs.identifiers import catalog_key
+
 SIDE_TABLES = ("tombstones", "changes", "quarantine", "files", "source_file_stamps")
 """Suffixes of the Delta tables the loader keeps beside a target, ``<target>__<suffix>``."""
 
@@ -309,3 +311,27 @@ def reserved_name(name: str) -> str | None:
     """The reserved folder name a table name is (``_staging``, ``_delta_log``, in any case),
     else None."""
     return next((r for r in RESERVED_NAMES if name.casefold() == r.casefold()), None)
+
+
+def catalog_overlaps(tables: Iterable[tuple[str, str | None]]) -> list[tuple[str, str, str]]:
+    """Problems, as (table, field, message), for tables whose targets name one catalog
+    table (however spelled: case, ``spark_catalog.``, a bare name in ``default``).
+    ``tables`` holds (name, target.table or None)."""
+    problems: list[tuple[str, str, str]] = []
+    seen: dict[str, str] = {}
+    for name, table in tables:
+        if table is None:
+            continue
+        key = catalog_key(table)
+        if key in seen:
+            problems.append(
+                (
+                    name,
+                    "target.table",
+                    f"names catalog table {table!r}, the target of table '{seen[key]}'; "
+                    "each table needs a catalog table of its own: change target.table",
+                )
+            )
+        else:
+            seen[key] = name
+    return problems

@@ -36,7 +36,7 @@ from pydantic_core import PydanticCustomError
 
 from incremental_assets.specs.durations import format_duration, parse_duration
 from incremental_assets.specs.expressions import validate_check
-from incremental_assets.specs.identifiers import TableName
+from incremental_assets.specs.identifiers import CatalogTableName, TableName, catalog_table_name
 from incremental_assets.specs.landing import (
     FILE_KEYS,
     INGESTED_AT,
@@ -231,7 +231,8 @@ class SourceSpec(_Spec):
         default=None,
         validate_default=True,
         description="jdbc: the table as the database names it, e.g. public.orders or "
-        'sales."Order Lines" (1 to 3 plain or double-quoted names; see specs/identifiers.py).',
+        'sales."Order Lines" (1 to 3 plain or double-quoted names; see specs/identifiers.py). '
+        "delta: the table's name in Spark's catalog (e.g. sales.orders), instead of path.",
     )
     slices: SliceSpec | None = Field(
         default=None, description="jdbc: read the window in parallel range slices."
@@ -273,7 +274,8 @@ class SourceSpec(_Spec):
                 "a jdbc source reads a table, not a path: name it in source.table and the "
                 "database in source.connection"
             )
-        if fmt not in (None, "jdbc") and value is None:
+        # A Delta source may be named in the catalog instead (checked with source.table).
+        if fmt not in (None, "jdbc", "delta") and value is None:
             raise PydanticCustomError("missing", "Field required")
         return value
 
@@ -296,8 +298,12 @@ class SourceSpec(_Spec):
 
     @model_validator(mode="after")
     def _jdbc_settings_only_for_jdbc(self) -> SourceSpec:
+        if self.format == "delta":
+            self._path_or_catalog_table()
         if self.format != "jdbc":
             given = [name for name in _JDBC_ONLY if getattr(self, name) is not None]
+            if self.format == "delta":
+                given = [name for name in given if name != "table"]
             if given:
                 raise ValueError(
                     f"{', '.join(given)}: only for format: jdbc; remove for format: {self.format}"
@@ -341,9 +347,26 @@ class SourceSpec(_Spec):
                 )
         return self
 
+    def _path_or_catalog_table(self) -> None:
+        """A Delta source is a path or a catalog table, one of the two."""
+        if self.path is None and self.table is None:
+            raise ValueError(
+                "a delta source needs source.path (its location) or source.table (its "
+                "name in Spark's catalog, e.g. sales.orders)"
+            )
+        if self.path is not None and self.table is not None:
+            raise ValueError(
+                "a delta source is read by source.path or by source.table, not both: remove one"
+            )
+        if self.table is not None:
+            catalog_table_name(self.table)
+
     @property
     def location(self) -> str:
-        """Where the rows are, for descriptions: a path, or connection and table."""
+        """Where the rows are, for descriptions: a path, a catalog table, or connection
+        and table."""
+        if self.format == "delta" and self.table is not None:
+            return self.table
         if self.format == "jdbc":
             conn = self.connection
             name = conn if isinstance(conn, str) else (conn.name or conn.url) if conn else "?"
@@ -528,6 +551,12 @@ class TargetSpec(_Spec):
 
     path: str | None = Field(
         default=None, description="Delta table location; defaults to <warehouse.root>/<name>."
+    )
+    table: CatalogTableName | None = Field(
+        default=None,
+        description="The table's name in Spark's catalog (Hive metastore, Unity Catalog), "
+        "e.g. sales.orders or main.sales.orders: created there as an external Delta table "
+        "at the location (target.path, else <warehouse.root>/<name>) and written by name.",
     )
     partition_by: ColumnList = Field(default_factory=list, description="Delta partition columns.")
 

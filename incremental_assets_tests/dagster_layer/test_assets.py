@@ -57,6 +57,9 @@ def test_materialization_reports_counts_watermarks_version_and_phase_times(proje
     assert columns["updated_at"].description == "watermark (timestamp)"
     assert columns["updated_at"].type == delta_fields["updated_at"].type.type
     assert meta["mode"] == "incremental"
+    # A path target's name is the one Spark SQL gives it; the location is its URI.
+    assert meta["dagster/table_name"] == f"delta.`{project.target.path}`"
+    assert meta["dagster/uri"] == project.target.path
     for phase in ("probe", "extract", "commit", "total"):
         assert meta[f"seconds_{phase}"] >= 0
     assert meta["lag_seconds"] > 0
@@ -179,6 +182,18 @@ def test_each_table_gets_daily_or_hourly_partitions_and_an_automation_condition(
         "watermark_in_range",
     }
     assert asset.metadata_by_key[asset.key]["keys"] == "order_id"
+
+
+def test_a_catalog_target_is_shown_by_its_catalog_name(tmp_path):
+    named = ORDERS_YAML.replace(
+        "strategy: upsert", "strategy: upsert\n    target: {table: sales.orders}"
+    )
+    (tmp_path / "tables.yaml").write_text(named)
+    defs = build_definitions(load_project(tmp_path / "tables.yaml"))
+
+    metadata = defs.get_assets_def("orders").metadata_by_key[dg.AssetKey("orders")]
+    assert metadata["dagster/table_name"] == "sales.orders"
+    assert metadata["dagster/uri"] == str(tmp_path / "warehouse" / "orders")
 
 
 HISTORY_YAML = """

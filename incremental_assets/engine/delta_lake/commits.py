@@ -27,6 +27,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from incremental_assets.engine.delta_lake import catalog
+
 KEY = "incremental_assets"
 # The record's entry for what a load read, or a rewind accepted (engine/sources/identity.py).
 SOURCE_IDENTITY = "source_identity"
@@ -136,15 +138,17 @@ def append(
     mode: str = "append",
     partition_by: list[str] | None = None,
     options: Mapping[str, str] | None = None,
+    table: str | None = None,
 ) -> None:
     """Write ``df`` to the Delta table at ``path`` (``mode`` "error" creates it, failing if
-    it exists) in one commit carrying ``metadata``."""
+    it exists) in one commit carrying ``metadata``; with ``table``, to that catalog table
+    (created as an external table at ``path``)."""
     writer = df.write.format("delta").mode(mode)
     for key, value in {**writer_options(app_id, version, metadata), **(options or {})}.items():
         writer = writer.option(key, value)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.save(path)
+    catalog.save(df.sparkSession, writer, path, table, creating=mode == "error")
 
 
 def empty_commit(
@@ -154,9 +158,11 @@ def empty_commit(
     *,
     app_id: str | None = None,
     version: int | None = None,
+    table: str | None = None,
 ) -> None:
-    """A commit that adds no rows: the loader's record (and transaction) alone."""
-    nothing = spark.read.format("delta").load(path).limit(0)
+    """A commit that adds no rows: the loader's record (and transaction) alone (to the
+    catalog table ``table``, if given)."""
+    nothing = catalog.read(spark, path, table).limit(0)
     # Delta leaves out a commit without actions unless told: this one is the record.
     with session_settings(spark, {_RECORD_EMPTY: "false"}):
-        append(nothing, path, metadata, app_id=app_id, version=version)
+        append(nothing, path, metadata, app_id=app_id, version=version, table=table)

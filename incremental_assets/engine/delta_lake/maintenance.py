@@ -177,7 +177,7 @@ def _optimize(
     spark: SparkSession, target: DeltaTarget, settings: MaintenanceSettings
 ) -> tuple[int, int]:
     """OPTIMIZE (bin-packing, or ZORDER BY the given columns): files removed and added."""
-    sql = f"OPTIMIZE delta.{_quoted(target.spark_path)}"
+    sql = f"OPTIMIZE {target.sql_table}"
     if settings.zorder:
         sql += f" ZORDER BY ({', '.join(_quoted(c) for c in settings.zorder)})"
     conf = _tag("zorder" if settings.zorder else "compact")
@@ -199,7 +199,7 @@ def _vacuum(
     LITE``); returns how many existed, and a note when the snapshot's tombstones stood in
     for LITE. No vacuum runs when there is nothing to delete."""
     assert settings.retention_hours is not None
-    sql = f"VACUUM delta.{_quoted(target.spark_path)} RETAIN {settings.retention_hours} HOURS LITE"
+    sql = f"VACUUM {target.sql_table} RETAIN {settings.retention_hours} HOURS LITE"
     conf = {
         **_tag("vacuum"),
         "spark.databricks.delta.retentionDurationCheck.enabled": str(

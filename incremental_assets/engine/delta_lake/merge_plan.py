@@ -15,6 +15,7 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from incremental_assets.engine.delta_lake.catalog import sql_table
 from incremental_assets.engine.delta_lake.io import KeySet, may_hold_sql
 from incremental_assets.engine.transforms import ROW_HASH, quote
 
@@ -102,16 +103,19 @@ class MergePlan:
         columns: Sequence[str],
         holding: KeySet | None = None,
         schema_evolution: bool = False,
+        table: str | None = None,
     ) -> None:
         """Merge ``staged`` (alias ``s``) into the Delta table at ``path`` (alias ``t``)
         with the strategy's clauses over ``columns``. ``holding`` (the staged rows' first-key
         values) narrows the target side of the join to the files whose statistics may hold
         them: without it, Delta's merge reads every file's keys to find the ones it
-        touches."""
+        touches. With ``table``, the merge names that catalog table instead of the path."""
         condition = self.predicate
         if holding is not None:
             condition = f"{may_hold_sql(holding, alias='t')} AND ({condition})"
-        run_merge(spark, path, staged, condition, self.clauses, columns, schema_evolution)
+        run_merge(
+            spark, path, staged, condition, self.clauses, columns, schema_evolution, table=table
+        )
 
 
 def run_merge(
@@ -122,8 +126,10 @@ def run_merge(
     clauses: Sequence[Clause],
     columns: Sequence[str],
     schema_evolution: bool = False,
+    table: str | None = None,
 ) -> None:
-    """``MERGE INTO`` the Delta table at ``path`` (alias ``t``) from ``source`` (alias
+    """``MERGE INTO`` the Delta table at ``path`` (or the catalog table ``table``; alias
+    ``t``) from ``source`` (alias
     ``s``), in Delta's SQL: the same statement through a local session, a cluster or Spark
     Connect (whose clients have no DeltaTable API without Delta's server plugin). The
     session's settings at the time (``engine.delta_lake.commits.idempotent``) make it an
@@ -132,7 +138,7 @@ def run_merge(
     source.createOrReplaceTempView(view)
     evolution = " WITH SCHEMA EVOLUTION" if schema_evolution else ""
     statement = (
-        f"MERGE{evolution} INTO delta.{quote(path)} AS t USING {view} AS s ON {condition} "
+        f"MERGE{evolution} INTO {sql_table(path, table)} AS t USING {view} AS s ON {condition} "
         + " ".join(clause.sql(columns) for clause in clauses)
     )
     try:

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from incremental_assets.engine.changes import OP
+from incremental_assets.engine.delta_lake import catalog
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.folders import describe, held
@@ -106,7 +107,9 @@ class CommitResult:
 class DeltaTarget:
     """One table's Delta location and storage options (delta-rs ``storage_options``, for
     reading the log; Spark writes with its own Hadoop settings). ``read_by``: the tables
-    that read this one as their source (a layer after it), named in errors about it."""
+    that read this one as their source (a layer after it), named in errors about it. With
+    ``catalog_table``, Spark reads and writes the table by that name in its catalog, an
+    external table at ``path`` (``engine.delta_lake.catalog``)."""
 
     def __init__(
         self,
@@ -114,17 +117,20 @@ class DeltaTarget:
         path: str,
         storage_options: Mapping[str, str] | None = None,
         read_by: Sequence[str] = (),
+        catalog_table: str | None = None,
     ):
         self.table_name = table
         self.path = path
         self.storage_options = dict(storage_options or {})
         self.read_by = tuple(read_by)
+        self.catalog_table = catalog_table
 
     def exists(self) -> bool:
         return DeltaTable.is_deltatable(self.path, storage_options=self.storage_options or None)
 
     def beside(self, suffix: str) -> DeltaTarget:
-        """The sibling Delta table ``<target>__<suffix>``, with the same storage options."""
+        """The sibling Delta table ``<target>__<suffix>``, with the same storage options (a
+        path beside a catalog table's location too; see ``engine.delta_lake.catalog``)."""
         return DeltaTarget(
             f"{self.table_name}__{suffix}",
             f"{self.path.rstrip('/')}__{suffix}",
@@ -135,6 +141,19 @@ class DeltaTarget:
     def spark_path(self) -> str:
         """The location as Spark's Hadoop file systems name it."""
         return delta_io.spark_uri(self.path)
+
+    @property
+    def sql_table(self) -> str:
+        """How Spark SQL names the table: its catalog name, else ``delta.`<location>```."""
+        return catalog.sql_table(self.spark_path, self.catalog_table)
+
+    def check_catalog(self, spark: SparkSession) -> None:
+        """Before a run writes: a catalog name must reach the Delta table at the location
+        (registered there if the catalog lacks it). Path targets have nothing to check."""
+        if self.catalog_table is not None:
+            catalog.check_target(
+                spark, self.table_name, self.catalog_table, self.spark_path, self.exists()
+            )
 
     def open(self, version: int | None = None) -> DeltaTable:
         try:
@@ -313,6 +332,7 @@ class DeltaTarget:
                 record,
                 app_id=app_id(self.table_name),
                 version=state.next_sequence,
+                table=self.catalog_table,
             )
         )
         return self._committed(record)["version"]
@@ -334,10 +354,7 @@ class DeltaTarget:
         """The table's rows, read by Spark's Delta (at ``version``, else the latest); with
         ``holding``, only the files whose statistics may hold those keys are read (the
         caller still matches rows by key)."""
-        reader = spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        rows = reader.load(self.spark_path)
+        rows = catalog.read(spark, self.spark_path, self.catalog_table, version)
         return rows if holding is None else rows.filter(delta_io.may_hold(holding))
 
     def commit(
@@ -386,6 +403,7 @@ class DeltaTarget:
                     mode="error",
                     partition_by=partition_by,
                     options=table_options(columns),
+                    table=self.catalog_table,
                     **transaction,
                 ),
                 creating=True,
@@ -403,7 +421,14 @@ class DeltaTarget:
         acting = self._acting(spark, staged, plan, staged_path, holding) if staged_rows else None
         if acting is not None:
             merge = partial(
-                plan.merge, spark, self.spark_path, acting, columns, holding, add_new_columns
+                plan.merge,
+                spark,
+                self.spark_path,
+                acting,
+                columns,
+                holding,
+                add_new_columns,
+                table=self.catalog_table,
             )
             self._write(lambda: self._merge(spark, merge, record, transaction))
             found = self._committed(record)
@@ -411,7 +436,9 @@ class DeltaTarget:
         if cursor_after is not None and cursor_after != cursor_before:
             # Nothing to write, but the cursor moves: record it alone, still atomically.
             self._write(
-                lambda: delta_commits.empty_commit(spark, self.spark_path, record, **transaction)
+                lambda: delta_commits.empty_commit(
+                    spark, self.spark_path, record, table=self.catalog_table, **transaction
+                )
             )
             found = self._committed(record)
             return CommitResult(committed=True, version=found["version"], cursor_only=True)
@@ -443,7 +470,11 @@ class DeltaTarget:
         """A commit without data or cursor: ``metadata`` alone in the log (e.g. a landing
         run whose new file versions hold no rows still lists them)."""
         record = delta_commits.record({**metadata, "table": self.table_name})
-        self._write(lambda: delta_commits.empty_commit(spark, self.spark_path, record))
+        self._write(
+            lambda: delta_commits.empty_commit(
+                spark, self.spark_path, record, table=self.catalog_table
+            )
+        )
         return CommitResult(committed=True, version=self._committed(record)["version"])
 
     def _write(self, write, creating: bool = False) -> None:

@@ -43,6 +43,7 @@ def probe(
     table was loaded from, open it, check its columns, plan the window and capture the
     source's high-water mark (as the strategy reads)."""
     strategy = strategy_for(spec)
+    target.check_catalog(spark)
     state = target.state(spec.watermark.kind)
     kind = source_class(spec.name, spec.source)
     check_unchanged(

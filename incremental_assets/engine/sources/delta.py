@@ -9,6 +9,7 @@ from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from incremental_assets.engine.delta_lake import catalog
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.errors import SourceNotFoundError
 from incremental_assets.engine.predicates import Part
@@ -17,6 +18,7 @@ from incremental_assets.engine.sources.base import Additions, Source, first_line
 from incremental_assets.engine.sources.identity import location_identity
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.specs import SourceSpec
+from incremental_assets.specs.identifiers import catalog_key
 
 
 class DeltaSource(Source):
@@ -27,12 +29,19 @@ class DeltaSource(Source):
 
     @classmethod
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
+        if spec.table is not None:
+            # A catalog table: read by its name, its log at the location the catalog gives.
+            location = catalog.resolve_source(spark, table, spec.table)
+            spec = spec.model_copy(update={"path": location})
         return cls(spark, table, spec, storage)
 
     @classmethod
     def identity_of(cls, spec: SourceSpec) -> str:
         # The path, not the table's id: a table created again in place is the same source
-        # (read whole by the next run, see engine/late_files.py).
+        # (read whole by the next run, see engine/late_files.py). A catalog table by its
+        # name, known without asking the catalog.
+        if spec.table is not None:
+            return f"delta table {catalog_key(spec.table)}"
         return location_identity("delta", str(spec.path))
 
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec, storage: dict):
@@ -54,9 +63,7 @@ class DeltaSource(Source):
         self._uri = delta_io.spark_uri(spec.path)
         self._added: dict[str, delta_log.AddFile] = {}  # by path, from added_since
         try:
-            self._df = (
-                spark.read.format("delta").option("versionAsOf", self.version).load(self._uri)
-            )
+            self._df = catalog.read(spark, self._uri, spec.table, self.version)
         except (AnalysisException, PySparkException, Py4JJavaError) as exc:
             raise SourceNotFoundError(
                 table,
@@ -136,7 +143,8 @@ class DeltaSource(Source):
         return super().count_nulls(column)
 
     def describe(self) -> str:
-        return f"delta {self.spec.path}@v{self.version}"
+        name = f"{self.spec.table} at {self.spec.path}" if self.spec.table else self.spec.path
+        return f"delta {name}@v{self.version}"
 
 
 def _is_change_data(name: str) -> bool:
