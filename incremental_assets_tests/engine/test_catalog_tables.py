@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.delta_lake.maintenance import MaintenanceSettings, maintain_table
 from incremental_assets.engine.errors import CatalogTableError, SchemaMismatchError
 from incremental_assets.specs import SpecError, load_project
 from incremental_assets_tests.builders import (
@@ -69,6 +70,12 @@ def test_named_target_and_named_delta_source_end_at_the_tables_at_their_location
     assert not again.committed
     assert DeltaTable(str(tmp_path / "orders")).version() == 1
     assert again.source.startswith(f"delta {schema}.src at ")
+    # Maintenance by the name (OPTIMIZE, VACUUM) keeps the rows and removes the files the
+    # merge replaced.
+    settings = MaintenanceSettings(retention_hours=0, enforce_retention=False)
+    [done] = maintain_table(spark, target, settings)
+    assert target_rows(target) == expected
+    assert done.stale_files_before > 0 and done.stale_files_after == 0
 
 
 def test_catalog_table_with_another_schema_is_refused_naming_it_and_nothing_is_written(
