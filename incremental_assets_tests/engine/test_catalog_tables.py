@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.delta_lake.maintenance import MaintenanceSettings, maintain_table
-from incremental_assets.engine.errors import CatalogTableError, SchemaMismatchError
+from incremental_assets.engine.errors import CatalogTableError, TargetOwnedError
 from incremental_assets.specs import SpecError, load_project
 from incremental_assets_tests.builders import (
     DeltaSourceTable,
@@ -78,9 +78,12 @@ def test_named_target_and_named_delta_source_end_at_the_tables_at_their_location
     assert done.stale_files_before > 0 and done.stale_files_after == 0
 
 
-def test_catalog_table_with_another_schema_is_refused_naming_it_and_nothing_is_written(
+def test_a_catalog_table_the_loader_did_not_write_is_refused_and_nothing_is_written(
     spark, schema, tmp_path
 ):
+    # Someone else's table (here with another schema) under the name and location the
+    # spec gives: the loader only loads a Delta table it created itself (issue 23), so the
+    # run is refused before any schema comparison, naming the location.
     source = DeltaSourceTable(tmp_path / "source")
     source.upsert([(1, "placed", 1.0, at(1, 5))])
     location = tmp_path / "orders"
@@ -90,12 +93,12 @@ def test_catalog_table_with_another_schema_is_refused_naming_it_and_nothing_is_w
     )
     spec = make_spec(source.path, target={"table": f"{schema}.orders", "path": str(location)})
 
-    with pytest.raises(SchemaMismatchError) as info:
+    with pytest.raises(TargetOwnedError) as info:
         load(spark, spec, named_target(spec, location), 1)
 
     message = str(info.value)
-    assert f"catalog table {schema}.orders" in message
-    assert "column 'status' is string in the source but int in the target" in message
+    assert f"the folder {location} holds a Delta table that table 'orders' did not write" in message
+    assert "Nothing was written" in message
     assert DeltaTable(str(location)).version() == 0
 
 
