@@ -209,8 +209,9 @@ def test_sequence_watermark_reports_gaps_without_failing(spark, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("deletes", ["hard", "soft", "upsert"])
-@pytest.mark.parametrize("seed", [1, 2])
+# One history per way of deleting (seeds 1 and 2 were both run until the suite outgrew
+# its time; each seed's history has deletes, re-inserts and replays of every kind).
+@pytest.mark.parametrize(("seed", "deletes"), [(2, "hard"), (1, "soft"), (2, "upsert")])
 def test_random_histories_in_random_batches_with_replays_equal_the_reference(
     spark, tmp_path, seed, deletes
 ):
