@@ -41,10 +41,9 @@ class DeltaWarehouse(dg.ConfigurableResource):
     )
     staging_dir: str | None = Field(
         default=None,
-        description="Folder where a run stages its increment between extract and merge "
-        "(default: `_staging` beside the target in a local or mounted warehouse, where "
-        "executors on other machines can read it too; the driver's temp folder for an "
-        "object-store warehouse).",
+        description="Folder (local path or object-store URI) under which each table's runs "
+        "stage their increments, in `<staging_dir>/<table>`; every executor must reach it "
+        "(default: `<target>__staging` beside each target, on the warehouse's own store).",
     )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:

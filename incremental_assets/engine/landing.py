@@ -34,11 +34,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import BinaryIO
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -57,7 +57,7 @@ from incremental_assets.engine.landing_folder import (
     LandingFolder,
     spark_path,
 )
-from incremental_assets.engine.landing_schema import csv_header, read_schema
+from incremental_assets.engine.landing_schema import Opener, csv_header, read_schema
 from incremental_assets.engine.load.result import LoadResult
 from incremental_assets.engine.sources import source_class
 from incremental_assets.engine.sources.identity import check_unchanged
@@ -282,15 +282,24 @@ def load_landing(
     if not pending:
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
 
-    # Absolute: Spark reports the paths it read as absolute URIs, matched against these.
-    stage_root = staging.create(spec.name, staging_dir or staging.beside(target.path))
-    try:
-        # Object-store files are copied out (only these); local ones are read in place.
-        local, moved = folder.local_copies(pending, f"{stage_root}/files")
+    root = staging.root_of(spec.name, target.path, staging_dir)
+    with staging.run_folder(spark, root) as stage_root:
+        # Files are read in place, by Spark's connector when the warehouse is on an object
+        # store too; into a local warehouse an object store's new files are copied first.
+        direct = not folder.remote or "://" in stage_root
+        if direct:
+            local, moved = folder.spark_paths(pending), []
+        else:
+            local, moved = folder.local_copies(pending, f"{stage_root}/files")
+        opened = {read: path for path, read in local.items()}
+
+        def opener(read: str) -> BinaryIO:
+            return folder.open_binary(opened[read]) if direct else open(read, "rb")
+
         quarantined: dict[str, str] = {}
         readable = [f for f in pending if f.path in local]
         if spec.source.format == "parquet":
-            readable, quarantined = _unreadable_parquet(readable, local)
+            readable, quarantined = _unreadable_parquet(readable, local, opener)
         raw_path = f"{stage_root}/raw"
         stats: dict[str, dict] = {}
         if readable:
@@ -298,10 +307,11 @@ def load_landing(
             bronze = delta_io.spark_schema(target.open()) if target.exists() else None
             paths = {local[f.path]: f.path for f in readable}
             schema = read_schema(
-                spark, spec, bronze, list(paths), names=paths, read_by=target.read_by
+                spark, spec, bronze, list(paths), names=paths, read_by=target.read_by, opener=opener
             )
-            _read(spark, spec, readable, schema, local).write.mode("overwrite").parquet(raw_path)
-            stats = _file_stats(raw_path)
+            rows = _read(spark, spec, readable, schema, local, opener)
+            rows.write.mode("overwrite").parquet(raw_path)
+            stats = _file_stats(spark, raw_path)
         good, changed = [], len(moved)
         for file in readable:
             stat = stats.get(local[file.path])
@@ -312,7 +322,7 @@ def load_landing(
                     f"{stat['corrupt']} of {stat['rows']} rows do not match source.schema; "
                     f"first: {stat['example'][:300]!r}"
                 )
-            elif stat["size"] != file.size or stat["mtime_ms"] != file.mtime_ns // 1_000_000:
+            elif stat["size"] != file.size or _moved_on(stat["mtime_ms"], file, folder.remote):
                 changed += 1  # rewritten while read: the next run reads the new version
             else:
                 good.append((file, stat["rows"]))
@@ -322,7 +332,7 @@ def load_landing(
         if any(n for _, n in good):
             rows_read = _stage_increment(spark, raw_path, loaded, local, started, increment_path)
             metadata = _files_metadata(good, run_id, partition_label, identity)
-            commit = _commit(spark, spec, target, increment_path, metadata)
+            commit = _commit(spark, spec, target, increment_path, metadata, rows_read)
         elif good and target.exists():
             # Versions without rows (a file rewritten empty): a commit that only lists
             # them, so silver drops the lines of their earlier versions.
@@ -340,8 +350,6 @@ def load_landing(
         )
         for path, reason in quarantined.items():
             folder.quarantine(path, quarantine_dir(source_path, landing), reason)
-    finally:
-        staging.remove(stage_root)
     return LandingReport(
         files_seen=len(listing.ready),
         files_loaded=loaded,
@@ -378,13 +386,22 @@ def _landing(spec: TableSpec) -> LandingSpec:
     return landing
 
 
+def _moved_on(read_mtime_ms: int, file: LandedFile, remote: bool) -> bool:
+    """Whether a file's modification time when read differs from its listing's: to the
+    second for an object (Spark's connector asks with a HEAD, which gives whole seconds
+    where a listing may give milliseconds)."""
+    if remote:
+        return read_mtime_ms // 1000 != file.mtime_ns // 10**9
+    return read_mtime_ms != file.mtime_ns // 1_000_000
+
+
 def _unreadable_parquet(
-    files: list[LandedFile], local: Mapping[str, str]
+    files: list[LandedFile], local: Mapping[str, str], opener: Opener
 ) -> tuple[list[LandedFile], dict[str, str]]:
     good, bad = [], {}
     for file in files:
         try:
-            pq.read_metadata(local[file.path])
+            pq.read_metadata(opener(local[file.path]))
             good.append(file)
         except Exception as exc:
             bad[file.path] = f"not a readable Parquet file: {exc}"
@@ -397,6 +414,7 @@ def _read(
     files: list[LandedFile],
     schema: StructType,
     local: Mapping[str, str],
+    opener: Opener | None = None,
 ) -> DataFrame:
     """The files' rows (read with ``schema``, see ``landing_schema``) with their file, size,
     modification time and row number, and for JSON/CSV the raw text of rows that do not
@@ -413,7 +431,7 @@ def _read(
         # CSV columns are positional and a short row is malformed: files are read per
         # header, each with its own columns, then lined up by name (missing ones null).
         path = local[file.path]
-        header = csv_header(spec, path) if source.format == "csv" else None
+        header = csv_header(spec, path, opener) if source.format == "csv" else None
         groups.setdefault(tuple(header) if header else None, []).append(path)
     frames = []
     for header, paths in groups.items():
@@ -447,31 +465,31 @@ def _local_path(uri: str) -> str:
     return unquote(uri)
 
 
-def _file_stats(raw_path: str) -> dict[str, dict]:
-    """Per file (by local path): rows, corrupt rows with one example, size and mtime as
-    Spark read them. Read from the staged copy with Arrow, not a second Spark pass."""
-    table = pads.dataset(raw_path, format="parquet").to_table(
-        columns=["_f_path", "_f_size", "_f_mtime_ms", CORRUPT]
+def _file_stats(spark: SparkSession, raw_path: str) -> dict[str, dict]:
+    """Per file (by the path read): rows, corrupt rows with one example, size and mtime as
+    Spark read them, aggregated by Spark from the staged rows (one row per file reaches
+    the driver)."""
+    grouped = (
+        spark.read.parquet(raw_path)
+        .groupBy("_f_path")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(CORRUPT).alias("corrupt"),
+            F.min(CORRUPT).alias("example"),
+            F.max("_f_size").alias("size"),
+            F.max("_f_mtime_ms").alias("mtime_ms"),
+        )
     )
-    stats: dict[str, dict] = {}
-    grouped = table.group_by("_f_path").aggregate(
-        [
-            ("_f_path", "count"),
-            (CORRUPT, "count"),
-            (CORRUPT, "min"),
-            ("_f_size", "max"),
-            ("_f_mtime_ms", "max"),
-        ]
-    )
-    for row in grouped.to_pylist():
-        stats[_local_path(row["_f_path"])] = {
-            "rows": int(row["_f_path_count"]),
-            "corrupt": int(row[f"{CORRUPT}_count"]),
-            "example": row[f"{CORRUPT}_min"] or "",
-            "size": int(row["_f_size_max"]),
-            "mtime_ms": int(row["_f_mtime_ms_max"]),
+    return {
+        _local_path(row["_f_path"]): {
+            "rows": int(row["rows"]),
+            "corrupt": int(row["corrupt"]),
+            "example": row["example"] or "",
+            "size": int(row["size"]),
+            "mtime_ms": int(row["mtime_ms"]),
         }
-    return stats
+        for row in grouped.collect()
+    }
 
 
 def _stage_increment(
@@ -494,19 +512,14 @@ def _stage_increment(
     data = [c for c in raw.columns if not c.startswith("_f_") and c not in (CORRUPT, FILE_ROW)]
     # Microseconds, not a datetime literal: PySpark reads naive datetimes in local time.
     stamp = F.timestamp_micros(F.lit(int(ingested_at.timestamp() * 1_000_000)))
-    (
-        raw.join(F.broadcast(chosen), "_f_path")
-        .select(
-            F.col("_p").alias(SOURCE_FILE),
-            F.col("_v").alias(FILE_VERSION),
-            F.col(FILE_ROW),
-            stamp.alias(INGESTED_AT),
-            *[F.col(quote(c)) for c in data],
-        )
-        .write.mode("overwrite")
-        .parquet(increment_path)
+    increment = raw.join(F.broadcast(chosen), "_f_path").select(
+        F.col("_p").alias(SOURCE_FILE),
+        F.col("_v").alias(FILE_VERSION),
+        F.col(FILE_ROW),
+        stamp.alias(INGESTED_AT),
+        *[F.col(quote(c)) for c in data],
     )
-    return pads.dataset(increment_path, format="parquet").count_rows()
+    return staging.write_counted(increment, increment_path)["rows"]
 
 
 def _commit(
@@ -515,6 +528,7 @@ def _commit(
     target: DeltaTarget,
     increment_path: str,
     metadata: dict,
+    staged_rows: int,
 ) -> CommitResult:
     """Merge the rows insert-if-absent on (file, version, row), listing the files (those
     without rows too) in the same commit's metadata."""
@@ -531,6 +545,7 @@ def _commit(
         # The read schema passed landing_schema's checks: a column bronze lacks is one the
         # spec declares or on_schema_change allows.
         add_new_columns=True,
+        staged_rows=staged_rows,
     )
 
 
@@ -571,8 +586,8 @@ def run_landing_load(
     started = time.perf_counter()
     clock = datetime.now(timezone.utc)
     target.check_catalog(spark)
-    staging_parent = staging_dir or staging.beside(target.path)
-    with naming_full_disks(spark, spec.name, target.path, staging_parent):
+    staging_root = staging.root_of(spec.name, target.path, staging_dir)
+    with naming_full_disks(spark, spec.name, target.path, staging_dir or staging_root):
         report = load_landing(
             spark,
             spec,

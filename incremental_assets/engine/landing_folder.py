@@ -2,11 +2,14 @@
 
 An object-store folder (``s3://``, ``abfss://``, ``gs://``, ...) is opened by delta-rs's
 storage handler with the warehouse's storage options, the same settings the Delta targets
-use, so one configuration (credentials, endpoint, region) serves both. Spark reads the
-files of a run from local copies: Spark's own object-store connectors (hadoop-aws,
-hadoop-azure) are JVM jars that a plain PySpark install lacks. Only the run's new files
-are copied, so the cost follows the increment, and a copy keeps the object's size and
-modification time, so the loader's "changed while read" check holds for both kinds.
+use, so one configuration (credentials, endpoint, region) serves both: listing, a Parquet
+footer or CSV header, quarantine moves (the landing folder is the source, not staging or
+target). Spark reads a run's files where they are, through its own connector, when the
+warehouse is on an object store too (Spark writes the target there, so it has the
+connector); into a local warehouse a run's new files are copied first, into its run
+folder on the warehouse's disk. Only the run's new files are copied, so the cost follows
+the increment, and a copy keeps the object's size and modification time, so the loader's
+"changed while read" check holds for both kinds.
 
 Example:
     >>> folder = LandingFolder("s3://landing/invoices", {"region": "eu-west-1"})
@@ -24,10 +27,12 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import BinaryIO
 
 import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
 
+from incremental_assets.engine.delta_lake.io import spark_uri
 from incremental_assets.engine.errors import LandingListError
 from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES
 
@@ -120,6 +125,19 @@ class LandingFolder:
                 continue
             found.append((f"{self.root}/{info.path}", info.size, info.mtime_ns or 0))
         return found
+
+    def spark_paths(self, files: list[LandedFile]) -> dict[str, str]:
+        """Where Spark reads each file in place: a local path, or the object's URI through
+        Spark's own connector (``s3://`` as ``s3a://``)."""
+        return {f.path: spark_uri(f.path) for f in files}
+
+    def open_binary(self, path: str) -> BinaryIO:
+        """A file of the folder, opened for reading as bytes (a local file, or the object
+        through delta-rs's handler)."""
+        if not self.remote:
+            return open(path, "rb")
+        assert self._fs is not None
+        return self._fs.open_input_file(self._relative(path))
 
     def local_copies(
         self, files: list[LandedFile], into: str

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import BinaryIO
 
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
@@ -55,6 +56,11 @@ from incremental_assets.specs.landing import FILE_KEYS, INGESTED_AT
 
 _LOADER_COLUMNS = (*FILE_KEYS, INGESTED_AT)
 _INFERRED_CORRUPT = "_corrupt_record"
+
+
+Opener = Callable[[str], BinaryIO]
+"""Opens a file read by a run as bytes (a local file, or an object through the landing
+folder's handler)."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +103,12 @@ def read_schema(
     paths: list[str],
     names: Mapping[str, str] | None = None,
     read_by: Sequence[str] = (),
+    opener: Opener | None = None,
 ) -> StructType:
     """The schema to read ``paths`` with; ``names`` maps a path read to the file it is a
     copy of (an object-store file), for messages; ``read_by``: tables that read bronze as
-    their source (named in the fix for new columns).
+    their source (named in the fix for new columns); ``opener``: opens a path read as
+    bytes (a Parquet footer, a CSV header; default: the local file).
 
     Raises:
         SchemaMismatchError: a column changed type, or a new column appeared while
@@ -109,14 +117,15 @@ def read_schema(
     known = known_schema(spec, bronze)
     fmt = spec.source.format
     if fmt == "parquet":
-        per_file = {p: from_arrow_schema(pq.read_schema(p)) for p in paths}
+        opened = opener or _open_local
+        per_file = {p: from_arrow_schema(pq.read_schema(opened(p))) for p in paths}
         if known is None and paths:
             known = per_file[paths[0]]
         assert known is not None
         changes = [c for p, s in per_file.items() for c in compare(p, known, s)]
     elif fmt == "csv":
         assert known is not None
-        changes = _csv_changes(spec, known, paths)
+        changes = _csv_changes(spec, known, paths, opener)
     else:
         assert known is not None
         changes = _json_changes(spark, spec, known, paths)
@@ -236,22 +245,30 @@ def _infer_json(spark: SparkSession, spec: TableSpec, paths: Iterable[str]) -> S
     )
 
 
-def csv_header(spec: TableSpec, path: str) -> list[str] | None:
-    """The column names on a CSV file's first line (None without ``header``)."""
+def csv_header(spec: TableSpec, path: str, opener: Opener | None = None) -> list[str] | None:
+    """The column names on a CSV file's first line (None without ``header``); ``opener``
+    opens ``path`` as bytes (default: the local file)."""
     options = spec.source.options
     if str(options.get("header", "true")).lower() != "true":
         return None  # no header: the columns are positional by definition
     separator = str(options.get("sep", options.get("delimiter", ",")))
-    with open(path, newline="", encoding=str(options.get("encoding", "utf-8"))) as handle:
-        first = handle.readline()
+    encoding = str(options.get("encoding", "utf-8"))
+    with io.TextIOWrapper((opener or _open_local)(path), encoding=encoding, newline="") as text:
+        first = text.readline()
     return [h.strip() for h in next(csv.reader(io.StringIO(first), delimiter=separator), [])]
 
 
-def _csv_changes(spec: TableSpec, known: StructType, paths: list[str]) -> list[Change]:
+def _open_local(path: str) -> BinaryIO:
+    return open(path, "rb")
+
+
+def _csv_changes(
+    spec: TableSpec, known: StructType, paths: list[str], opener: Opener | None
+) -> list[Change]:
     names = known.fieldNames()
     changes: list[Change] = []
     for path in paths:
-        header = csv_header(spec, path)
+        header = csv_header(spec, path, opener)
         if header is None:
             return []
         unknown = [h for h in header if h not in names]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow.dataset as pads
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -28,12 +27,10 @@ class Quarantine(SideTable):
 
     SUFFIX = "quarantine"
 
-    def record(self, spark: SparkSession, staged_path: str, identity: list[str]) -> int:
-        rows = pads.dataset(staged_path, format="parquet").count_rows()
-        if not rows:
-            return 0
+    def record(self, spark: SparkSession, staged_path: str, identity: list[str]) -> None:
+        """Insert the staged diverted rows (the run stages some only when it diverts any)
+        that the quarantine does not hold yet."""
         self.insert_missing(spark.read.parquet(staged_path), identity)
-        return rows
 
     def rows(self) -> int:
         if not self.location.exists():
@@ -71,8 +68,8 @@ def replay(
     business = rows.drop(*quality.QUARANTINE_COLUMNS)
     checked = quality.failed_rules(spec.name, business, rules)
     passing = checked.filter(~quality.diverted(rules)).drop(quality.FAILED)
-    stage = staging.create(spec.name, staging.beside(target.path), kind="replay")
-    try:
+    root = staging.root_of(spec.name, target.path)
+    with staging.run_folder(spark, root, kind="replay") as stage:
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         newest = passing.repartitionByRange(*key_columns).transform(
             transforms.newest_per_key(spec.keys, spec.watermark.column)
@@ -82,10 +79,12 @@ def replay(
             newest = changes.not_older_than_tombstones(
                 newest, marks, spec.keys, spec.watermark.column
             )
-        newest.sortWithinPartitions(*key_columns).write.parquet(f"{stage}/replay")
-        passing.select(*identity_of(spec)).write.parquet(f"{stage}/released")
+        replaying = newest.sortWithinPartitions(*key_columns)
+        staged_rows = staging.write_counted(replaying, f"{stage}/replay")["rows"]
+        released = staging.write_counted(passing.select(*identity_of(spec)), f"{stage}/released")[
+            "rows"
+        ]
         examined = held.rows()
-        released = pads.dataset(f"{stage}/released", format="parquet").count_rows()
         state = target.state(spec.watermark.kind)
         commit = None
         if released:
@@ -105,10 +104,9 @@ def replay(
                 },
                 partition_by=list(spec.target.partition_by),
                 add_new_columns=False,
+                staged_rows=staged_rows,
             )
             _release(spark, held, f"{stage}/released", identity_of(spec))
-    finally:
-        staging.remove(stage)
     return ReplayResult(
         examined=examined,
         replayed=released,

@@ -1,93 +1,79 @@
-"""A run's staging folder: created per run, removed when the run ends however it ends, and
-left-overs of runs whose process died (SIGKILL, OOM) removed by the table's next run.
+"""A table's staging root and its runs' folders, on the warehouse's own file system.
+
+Every run of a table stages under the table's staging root (``<target>__staging``, or
+``<staging_dir>/<table>`` when the warehouse resource sets ``staging_dir``), in a folder of
+its own, written and read by Spark through Hadoop paths, so executors on other machines
+and a warehouse on an object store (``s3a://``, ``abfss://``) see the same files as the
+driver. Nothing is staged on the driver's disk.
+
+The root is emptied by Spark when a run starts (what a killed run left) and when it ends,
+however it ends: an empty overwrite, so no ``os``/``shutil`` call and no JVM handle is
+needed (Spark Connect has none). The table's pool runs one run at a time; a stray run
+alongside would find its staged files gone and fail before it commits.
 
 Example:
-    >>> with staging_folder("orders") as root:  # doctest: +SKIP
-    ...     increment.write.parquet(f"{root}/increment")
+    >>> with run_folder(spark, root_of("orders", "/wh/orders")) as folder:  # doctest: +SKIP
+    ...     increment.write.parquet(f"{folder}/increment")
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import tempfile
-import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import contextmanager, suppress
 
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.engine.delta_lake.io import spark_uri
 from incremental_assets.specs.locations import staging_location
 
-_PREFIX = "ia-"
+
+def root_of(table: str, target_path: str, staging_dir: str | None = None) -> str:
+    """The table's staging root as Spark names it: ``<target>__staging`` beside the target
+    (the specs check that no other table reads or writes there, specs/locations.py), or
+    ``<staging_dir>/<table>``."""
+    if staging_dir:
+        return f"{spark_uri(staging_dir).rstrip('/')}/{table}"
+    return spark_uri(staging_location(target_path))
 
 
-def beside(target_path: str) -> str | None:
-    """The staging folder of a target in a local or mounted warehouse: ``_staging`` next to
-    it, where every executor that writes the table can read the increment too (None for an
-    object store, whose runs stage in the driver's temp folder; see docs/limitations.md).
-    The specs check that no table reads or writes there (specs/locations.py)."""
-    return staging_location(target_path)
-
-
-def create(table: str, staging_dir: str | None = None, kind: str = "") -> str:
-    """A new, absolute folder ``ia-[<kind>-]<table>-<pid>-*`` under ``staging_dir``
-    (default: the system temp folder), for one run; first removes the folders of this
-    table's earlier runs whose process is gone. The run removes it with ``remove``."""
-    prefix = f"{_PREFIX}{kind + '-' if kind else ''}{table}-"
-    parent = staging_dir or tempfile.gettempdir()
-    os.makedirs(parent, exist_ok=True)
-    remove_orphans(parent, prefix)
-    return os.path.abspath(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+def clear(spark: SparkSession, root: str) -> None:
+    """Empty ``root`` through Spark: an overwrite with no rows replaces whatever it held
+    (run folders of earlier runs, killed or not) with one empty file. Hadoop's committer
+    marker is not written, so that empty file is all that stays."""
+    (
+        spark.createDataFrame([], "value string")
+        .coalesce(1)
+        .write.mode("overwrite")
+        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        .text(root)
+    )
 
 
 @contextmanager
-def staging_folder(table: str, staging_dir: str | None = None, kind: str = "") -> Iterator[str]:
-    """``create`` on entry, ``remove`` on exit, however the block ends."""
-    root = create(table, staging_dir, kind)
+def run_folder(spark: SparkSession, root: str, kind: str = "") -> Iterator[str]:
+    """A new folder ``<root>/[<kind>-]<id>`` for one run: the root is cleared on entry
+    (left-overs of a run that was killed) and on exit, however the block ends."""
+    clear(spark, root)
+    folder = f"{root}/{kind + '-' if kind else ''}{uuid.uuid4().hex[:12]}"
     try:
-        yield root
-    finally:
-        remove(root)
+        yield folder
+    except BaseException:
+        # The run's own error is the one to report, even if Spark cannot clear now (the
+        # next run clears what is left).
+        with suppress(Exception):
+            clear(spark, root)
+        raise
+    clear(spark, root)
 
 
-def remove_orphans(parent: str, prefix: str) -> list[str]:
-    """Remove ``<prefix><pid>-*`` folders under ``parent`` whose process no longer runs."""
-    pattern = re.compile(re.escape(prefix) + r"(\d+)-")
-    removed = []
-    try:
-        entries = list(Path(parent).iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        match = pattern.match(entry.name)
-        if match and entry.is_dir() and not _alive(int(match.group(1))):
-            remove(str(entry))
-            removed.append(str(entry))
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def remove(path: str) -> None:
-    """Remove one run's folder (``ia-*``, made by ``create``); anything else is refused, so
-    a wrong path can never delete what a run did not make."""
-    if not os.path.basename(os.path.normpath(path)).startswith(_PREFIX):
-        raise ValueError(f"{path} is not a run's staging folder ({_PREFIX}*); not removed")
-    # A failed Spark job can leave tasks writing for a moment after it raised: retry
-    # briefly so no folder they recreate is left behind.
-    for _ in range(5):
-        shutil.rmtree(path, ignore_errors=True)
-        if not os.path.exists(path):
-            return
-        time.sleep(0.2)
+def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
+    """Write ``rows`` to ``path`` (Parquet, replacing it) and return what was counted as
+    they were written: ``rows``, and each of ``counters`` by its alias. No second pass over
+    the written files: the counts are the write's own."""
+    observation = Observation(f"written_{uuid.uuid4().hex}")
+    counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"), *counters)
+    counted.write.mode("overwrite").parquet(path)
+    found = dict(observation.get)
+    return {k: int(v or 0) for k, v in found.items()}

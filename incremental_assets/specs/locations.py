@@ -2,7 +2,7 @@
 
 A table writes its target and, beside it, side tables ``<target>__<suffix>`` (CDC
 tombstones, an SCD2 change log, quarantined rows, a landing folder's file index), its runs'
-staging folder (``_staging`` beside the target), its checkpoints, and a landing table's
+staging root (``<target>__staging``), its checkpoints, and a landing table's
 quarantine folder. None of these may be, contain, or sit inside another table's source,
 target, side tables, landing folder or quarantine folder: a write there would mix two
 tables' files, and a VACUUM or a quarantine move would delete or move the other table's
@@ -34,7 +34,11 @@ SIDE_TABLES = ("tombstones", "changes", "quarantine", "files", "source_file_stam
 """Suffixes of the Delta tables the loader keeps beside a target, ``<target>__<suffix>``."""
 
 STAGING = "_staging"
-"""The folder beside a local target where its runs stage their increments."""
+"""The folder beside local targets where earlier releases staged their runs: still refused
+as a table name, so a warehouse that holds one is never mistaken for a table."""
+
+STAGING_SUFFIX = "staging"
+"""A table's runs stage under ``<target>__staging``, a folder the table owns alone."""
 
 RESERVED_NAMES = (STAGING, "_delta_log")
 """Table names that are folders the loader or Delta Lake keep (compared ignoring case)."""
@@ -66,7 +70,7 @@ _NOUNS = {
 }
 _FIELDS = {
     "target": "target.path",
-    "staging": f"target.path (its staging folder {STAGING})",
+    "staging": f"target.path (its staging folder __{STAGING_SUFFIX})",
     "landing_quarantine": "source.landing.quarantine",
     "checkpoint": "target.path (its checkpoint folder)",
     "source": "source.path",
@@ -74,7 +78,7 @@ _FIELDS = {
 }
 _FIXES = {
     "landing_quarantine": "change source.landing.quarantine",
-    "staging": f"change target.path (the staging folder is {STAGING} beside the target)",
+    "staging": f"change target.path (the staging folder is <target>__{STAGING_SUFFIX})",
 }
 
 
@@ -125,9 +129,7 @@ class Storage:
         root = normal_location(self.target)
         places = [Place(self.table, "target", root)]
         places += [Place(self.table, suffix, f"{root}__{suffix}") for suffix in SIDE_TABLES]
-        staging = staging_location(self.target)
-        if staging is not None:
-            places.append(Place(self.table, "staging", normal_location(staging)))
+        places.append(Place(self.table, "staging", normal_location(staging_location(self.target))))
         places += [Place(self.table, "checkpoint", normal_location(c)) for c in self.checkpoints]
         if self.quarantine is not None:
             places.append(Place(self.table, "landing_quarantine", normal_location(self.quarantine)))
@@ -140,9 +142,7 @@ class Storage:
         return Place(self.table, role, normal_location(self.source))
 
     def guarded(self) -> list[Place]:
-        """The places no other table may write: what this table reads and writes (the
-        staging folder only against other kinds of writes: every table beside it stages
-        there, each run in a folder of its own)."""
+        """The places no other table may write: what this table reads and writes."""
         read = self.read()
         owned = self.owned()
         return [read, *owned] if read is not None else owned
@@ -172,13 +172,10 @@ def same_location(a: str, b: str) -> bool:
     return normal_location(a) == normal_location(b)
 
 
-def staging_location(target: str) -> str | None:
-    """The staging folder of a target in a local or mounted warehouse: ``_staging`` next to
-    it (None for an object store, whose runs stage in the driver's temp folder)."""
-    if "://" in target and not target.startswith("file://"):
-        return None
-    local = target.removeprefix("file://")
-    return os.path.join(os.path.dirname(os.path.abspath(local.rstrip("/"))), STAGING)
+def staging_location(target: str) -> str:
+    """The staging root of a target, on the target's own file system (local, mounted or an
+    object store): ``<target>__staging``, which only this table's runs write."""
+    return f"{target.rstrip('/')}__{STAGING_SUFFIX}"
 
 
 def _inside(inner: str, outer: str) -> bool:
@@ -217,8 +214,6 @@ def _clash(writer: Storage, other: Storage) -> tuple[str, str, str] | None:
     """The first place ``writer`` writes that meets a place of ``other``."""
     for mine in writer.owned():
         for theirs in other.guarded():
-            if mine.role == theirs.role == "staging":
-                continue  # shared by the tables beside it
             relation = _relation(mine, theirs)
             if relation is None or _layer(mine, theirs, relation, other):
                 continue
@@ -298,10 +293,10 @@ def _own_problem(storage: Storage) -> tuple[str, str, str] | None:
 
 
 def reserved_suffix(name: str) -> str | None:
-    """The side-table suffix a table name ends with (``orders__quarantine``, in any case),
-    else None."""
+    """The side-table or staging suffix a table name ends with (``orders__quarantine``,
+    ``orders__staging``, in any case), else None."""
     folded = name.casefold()
-    for suffix in SIDE_TABLES:
+    for suffix in (*SIDE_TABLES, STAGING_SUFFIX):
         if folded.endswith(f"__{suffix}"):
             return suffix
     return None

@@ -100,7 +100,7 @@ SNAPSHOT_AT = "_ia_snapshot_at"
 """The time a snapshot was taken: the order column of snapshot tables, added by the loader."""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_FOR = {
-    "_staging": "where the runs of the tables beside it stage their increments",
+    "_staging": "where earlier releases staged the runs of the tables beside it",
     "_delta_log": "a Delta table's transaction log",
 }
 
@@ -689,8 +689,8 @@ class TableSpec(_Spec):
             stem = value[: -len(suffix) - 2]
             raise ValueError(
                 f"{value!r} ends in '__{suffix}', which the loader reserves for the side "
-                f"table it keeps beside a target ({stem}'s __{suffix}); choose another "
-                f"name, e.g. {value.replace('__', '_')}"
+                f"table or staging folder it keeps beside a target ({stem}'s __{suffix}); "
+                f"choose another name, e.g. {value.replace('__', '_')}"
             )
         return value
 

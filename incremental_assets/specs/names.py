@@ -59,11 +59,10 @@ ColumnList = Annotated[list[ColumnName], AfterValidator(distinct_columns)]
 
 NAME_BYTES = 255
 """The longest file or folder name (bytes) that ext4, XFS, APFS and NTFS accept."""
-# The longest names derived from a table's: its side table <name>__source_file_stamps, and
-# a quarantine replay's staging folder ia-replay-<name>-<pid>-<8 random>, pids of up to 10
-# digits (Dagster's pool incremental_assets_<name> and the like are shorter). A round
-# limit below both leaves room for names the loader derives later.
-_DERIVED = max(2 + max(len(s) for s in SIDE_TABLES), len("ia-replay-") + 1 + 10 + 1 + 8)
+# The longest names derived from a table's: its side table <name>__source_file_stamps (its
+# staging root <name>__staging, Dagster's pool incremental_assets_<name> and the like are
+# shorter). A round limit below leaves room for names the loader derives later.
+_DERIVED = 2 + max(len(s) for s in SIDE_TABLES)
 MAX_TABLE_NAME = 200
 assert MAX_TABLE_NAME + _DERIVED <= NAME_BYTES
 
@@ -74,7 +73,7 @@ def short_table_name(value: str) -> str:
         raise ValueError(
             f"is {len(value.encode())} characters long; a table name has at most "
             f"{MAX_TABLE_NAME}: the loader names folders after it (the side table "
-            "<name>__source_file_stamps, the staging folder ia-<name>-<pid>-...) and a file "
+            "<name>__source_file_stamps, the staging folder <name>__staging) and a file "
             f"system allows {NAME_BYTES} bytes per name. Choose a shorter name"
         )
     return value

@@ -10,17 +10,17 @@ orchestrator. Reading the state needs no Spark (delta-rs reads the log; it never
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -369,18 +369,20 @@ class DeltaTarget:
         metadata: Mapping[str, Any],
         partition_by: list[str],
         add_new_columns: bool,
+        staged_rows: int | None = None,
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit.
 
-        Writes nothing when no row is staged and the cursor stays put.
+        ``staged_rows``: the increment's rows as its write counted them (counted by Spark
+        when not given). Writes nothing when no row is staged and the cursor stays put.
         """
         record = delta_commits.record(
             {**metadata, "table": self.table_name, "sequence": state.next_sequence}
         )
         transaction = {"app_id": app_id(self.table_name), "version": state.next_sequence}
-        dataset = pads.dataset(staged_path, format="parquet")
-        staged_rows = dataset.count_rows()
         staged = spark.read.parquet(staged_path)
+        if staged_rows is None:
+            staged_rows = staged.count()
         columns = [c for c in staged.columns if c not in plan.staged_only_columns]
         if not state.exists:
             if staged_rows == 0 and cursor_after is None:
@@ -455,8 +457,13 @@ class DeltaTarget:
         """The staged rows the merge acts on, staged beside the increment (None: none)."""
         current = self.to_spark(spark, holding=holding)
         acting_path = acting_rows_path(staged_path)
-        plan.acting_rows(staged, current).write.mode("overwrite").parquet(acting_path)
-        if pads.dataset(acting_path, format="parquet").count_rows() == 0:
+        # Counted as they are written: no second read of the staged rows.
+        observation = Observation(f"acting_{uuid.uuid4().hex}")
+        acting = plan.acting_rows(staged, current).observe(
+            observation, F.count(F.lit(1)).alias("n")
+        )
+        acting.write.mode("overwrite").parquet(acting_path)
+        if not observation.get["n"]:
             return None
         return spark.read.parquet(acting_path)
 
@@ -617,18 +624,16 @@ class ChangeLog(SideTable):
 
     SUFFIX = "changes"
 
-    def append(self, spark: SparkSession, staged_path: str) -> int:
-        rows = pads.dataset(staged_path, format="parquet").count_rows()
-        if rows:
-            self._creating()  # checks the folder or the log; an append either way
-            changes = spark.read.parquet(staged_path)
-            delta_commits.append(
-                changes,
-                self.location.spark_path,
-                delta_commits.record({"side_table": self.SUFFIX}),
-                options={"mergeSchema": "true", **table_options(changes.columns)},
-            )
-        return rows
+    def append(self, spark: SparkSession, staged_path: str) -> None:
+        """Append the staged changes (the caller stages only a run that has some)."""
+        self._creating()  # checks the folder or the log; an append either way
+        changes = spark.read.parquet(staged_path)
+        delta_commits.append(
+            changes,
+            self.location.spark_path,
+            delta_commits.record({"side_table": self.SUFFIX}),
+            options={"mergeSchema": "true", **table_options(changes.columns)},
+        )
 
 
 def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:

@@ -3,8 +3,6 @@ one Delta commit."""
 
 from __future__ import annotations
 
-import os
-
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import late_files, quality
@@ -79,6 +77,7 @@ def commit(
         },
         partition_by=list(spec.target.partition_by),
         add_new_columns=spec.on_schema_change == "append_new_columns",
+        staged_rows=extracted.rows_staged,
     )
 
 
@@ -89,7 +88,7 @@ def _record_beside_target(
     strategy's own (hard-delete tombstones, a history table's new changes). Each, left by a
     run that died before its commit, is harmless to the re-run (see Quarantine, Tombstones
     and ChangeLog)."""
-    if os.path.isdir(extracted.quarantined_path):
+    if extracted.rows_quarantined:
         Quarantine(target).record(spark, extracted.quarantined_path, identity_of(strategy.spec))
     strategy.record_beside_target(spark, target, extracted.staged_path, extracted.logged_path)
 

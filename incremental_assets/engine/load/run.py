@@ -48,9 +48,9 @@ def run_load(
         IncrementalLoadError: bad source, schema or rows, or a full disk (DiskFullError);
             nothing is committed.
     """
-    staging_parent = staging_dir or staging.beside(target.path)
-    with naming_full_disks(spark, spec.name, target.path, staging_parent):
-        return _run_load(spark, spec, target, request, source_storage, staging_parent, hook)
+    staging_root = staging.root_of(spec.name, target.path, staging_dir)
+    with naming_full_disks(spark, spec.name, target.path, staging_dir or staging_root):
+        return _run_load(spark, spec, target, request, source_storage, staging_root, hook)
 
 
 def _run_load(
@@ -59,7 +59,7 @@ def _run_load(
     target: DeltaTarget,
     request: LoadRequest,
     source_storage: Mapping[str, str] | None,
-    staging_dir: str | None,
+    staging_root: str,
     hook: Hook | None,
 ) -> LoadResult:
     hook = hook or (lambda _phase: None)
@@ -89,8 +89,7 @@ def _run_load(
             late_unchecked=_unchecked(probed.ledger),
         )
 
-    stage_root = staging.create(spec.name, staging_dir)
-    try:
+    with staging.run_folder(spark, staging_root) as stage_root:
         with phase("extract"), naming_source_files(spec.name, source_path):
             extracted = extract(
                 spark, strategy, source, window, state, target, stage_root, request.run_id
@@ -115,10 +114,8 @@ def _run_load(
         by_partition = {}
         if committed.committed:
             late_files.record_after_commit(spark, target, probed.ledger, committed.version)
-            by_partition = rows_by_partition(spec, extracted.staged_path)
+            by_partition = rows_by_partition(spark, spec, extracted.staged_path, committed)
         crash_point("after_commit")
-    finally:
-        staging.remove(stage_root)
 
     return result(
         spec,

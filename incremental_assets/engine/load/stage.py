@@ -3,24 +3,25 @@ the strategy to a staged increment, and what the run learns from it before commi
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
 
-from incremental_assets.engine import quality
-from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, acting_rows_path
+from incremental_assets.engine import quality, transforms
+from incremental_assets.engine.delta_lake.store import (
+    CommitResult,
+    DeltaTarget,
+    TargetState,
+    acting_rows_path,
+)
 from incremental_assets.engine.gaps import Gaps, sequence_gaps
 from incremental_assets.engine.guards import GuardReport
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies import Strategy, strategy_for
 from incremental_assets.engine.strategies.base import last_load_time
-from incremental_assets.engine.strategies.rows import count_staged
 from incremental_assets.engine.watermarks import from_transaction_version
 from incremental_assets.engine.windows import Window
 from incremental_assets.specs import TableSpec
@@ -40,7 +41,9 @@ def window_rows(spec: TableSpec, source: Source, window: Window) -> DataFrame:
 
 @dataclass(frozen=True)
 class Extract:
-    """A staged window: where its increment is, and what the run knows of it."""
+    """A staged window: where its increment is, and what the run knows of it
+    (``rows_quarantined``: rows diverted to ``quarantined_path``, None when no rule
+    quarantines)."""
 
     staged_path: str
     quarantined_path: str
@@ -56,6 +59,7 @@ class Extract:
     quality: quality.QualityReport | None
     rows_late: int = 0
     files_late: int = 0
+    rows_quarantined: int | None = None
 
 
 def extract(
@@ -81,18 +85,20 @@ def extract(
     observed = staged.observed
     rows_extracted = int(observed["rows"])
     quarantined_path = f"{stage_root}/quarantine"
-    report = _quality_report(spec, observed, quarantined_path)
+    report = _quality_report(spec, observed, staged.quarantined or 0)
     partition_high_water = _later(
         last_load_time(state, "partition_high_water"),
         from_transaction_version(int(observed["pc_max"]), "timestamp")
         if observed["pc_max"] is not None
         else None,
     )
-    rows_staged = count_staged(staged_path)
-    change_counts = strategy.change_counts(staged_path)
-    unchanged = strategy.unchanged(rows_extracted, change_counts, staged.logged_path)
-    gaps = _gaps(spec, window, staged_path)
-    guard = strategy.delete_guard(spark, state, target, rows_extracted, staged_path)
+    # Counted as the increment was written (rows.write_counted), not read back.
+    rows_staged = int(staged.written["rows"])
+    change_counts = strategy.change_counts(staged.written)
+    unchanged = strategy.unchanged(rows_extracted, change_counts, staged.logged_rows)
+    gaps = _gaps(spark, spec, window, staged_path)
+    deletes = int(staged.written.get("deletes", 0))
+    guard = strategy.delete_guard(spark, state, target, rows_extracted, staged_path, deletes)
     return Extract(
         staged_path=staged_path,
         quarantined_path=quarantined_path,
@@ -108,55 +114,53 @@ def extract(
         quality=report,
         rows_late=rows_late,
         files_late=files_late,
+        rows_quarantined=staged.quarantined,
     )
 
 
-def rows_by_partition(spec: TableSpec, staged_path: str) -> dict[str, int]:
+def rows_by_partition(
+    spark: SparkSession, spec: TableSpec, staged_path: str, committed: CommitResult
+) -> dict[str, int]:
     """The rows a committed run wrote, counted by partition key (``2026-01-02``, or
     ``2026-01-02-13:00`` for hourly tables) from the partition column: the rows its merge
     acted on (re-read rows that changed nothing are not counted), or all staged rows when
     it created the table. A run of an ``id`` watermark reads every row above its cursor,
     so it may load rows of later partitions (or, reading a late file, of earlier ones);
-    this says which."""
-    acting = acting_rows_path(staged_path)
-    path = acting if os.path.isdir(acting) else staged_path
-    if not os.path.isdir(path):
+    this says which. Counted by Spark from the staged rows (on the warehouse)."""
+    if committed.created_table:
+        path = staged_path
+    elif committed.committed and not committed.cursor_only:
+        path = acting_rows_path(staged_path)
+    else:
         return {}
-    dataset = pads.dataset(path, format="parquet")
+    rows = spark.read.parquet(path)
     column = spec.partition_column
-    if column not in dataset.schema.names:
+    if column not in rows.columns:
         return {}
-    values = dataset.to_table(columns=[column]).column(0)
-    if pa.types.is_date(values.type):
-        values = values.cast(pa.timestamp("us"))
-    if not pa.types.is_timestamp(values.type) or len(values) == 0:
+    kind = rows.schema[column].dataType
+    if not isinstance(kind, (DateType, TimestampType, TimestampNTZType)):
         return {}
-    pattern = "%Y-%m-%d" if spec.partitioning.granularity == "daily" else "%Y-%m-%d-%H:00"
-    counts = pc.value_counts(pc.strftime(values, format=pattern))
-    return {
-        key: int(count)
-        for key, count in zip(
-            counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
-        )
-        if key is not None
-    }
+    # The partition column holds UTC instants (the session's zone is UTC).
+    pattern = "yyyy-MM-dd" if spec.partitioning.granularity == "daily" else "yyyy-MM-dd-HH:00"
+    key = F.date_format(F.col(transforms.quote(column)).cast("timestamp"), pattern)
+    counts = rows.groupBy(key.alias("key")).count().collect()
+    return {r["key"]: int(r["count"]) for r in counts if r["key"] is not None}
 
 
-def _quality_report(
-    spec: TableSpec, observed: dict, quarantined_path: str
-) -> quality.QualityReport | None:
+def _quality_report(spec: TableSpec, observed: dict, diverted: int) -> quality.QualityReport | None:
     rules = spec.quality.rules
     if not rules:
         return None
-    diverted = count_staged(quarantined_path) if os.path.isdir(quarantined_path) else 0
     return quality.report(rules, observed, diverted)
 
 
-def _gaps(spec: TableSpec, window: Window, staged_path: str) -> Gaps | None:
-    """Ids missing above the previous cursor, for 'sequence' watermarks."""
+def _gaps(spark: SparkSession, spec: TableSpec, window: Window, staged_path: str) -> Gaps | None:
+    """Ids missing above the previous cursor, for 'sequence' watermarks (the staged ids,
+    read by Spark and handed to the driver as Arrow)."""
     if spec.watermark.kind != "sequence" or not window.reads_incremental:
         return None
-    ids = pads.dataset(staged_path, format="parquet").to_table(columns=[spec.watermark.column])
+    column = spec.watermark.column
+    ids = spark.read.parquet(staged_path).select(transforms.quote(column)).toArrow()
     after = window.cursor_before if isinstance(window.cursor_before, int) else None
     return sequence_gaps(ids.column(0), after)
 

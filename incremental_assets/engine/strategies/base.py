@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar
 
@@ -31,8 +31,10 @@ from incremental_assets.engine.strategies.rows import (
     checked_in_time,
     divert,
     fail_on_bad_rows,
+    increment_counters,
     observed,
     staged,
+    write_counted,
 )
 from incremental_assets.engine.strategies.unordered import fail_on_unordered_rows
 from incremental_assets.engine.watermarks import WatermarkValue, parse_value
@@ -46,11 +48,18 @@ Transform = Callable[[DataFrame], DataFrame]
 class Staged:
     """What staging a window left: the counts observed as the rows were written, the
     columns new to the target, and (history tables) the path of the change-log events new
-    to the log. The increment itself is at ``<stage_root>/increment``."""
+    to the log. The increment itself is at ``<stage_root>/increment``; ``written``: what
+    its write counted (``rows``, ``change:<kind>``, ``deletes``: see
+    rows.increment_counters); ``quarantined``: rows diverted to
+    ``<stage_root>/quarantine`` (None: no rule quarantines); ``logged_rows``: the events
+    new to the change log."""
 
     observed: dict
     new_columns: list[str]
     logged_path: str | None = None
+    written: dict = field(default_factory=dict)
+    quarantined: int | None = None
+    logged_rows: int = 0
 
 
 class Strategy:
@@ -61,6 +70,9 @@ class Strategy:
     reads_whole_source: ClassVar[bool] = False
     # True when runs delete target rows, under the vanished-source guard (``delete_guard``).
     guards_deletes: ClassVar[bool] = False
+    # The kinds of change the increment's rows carry (snapshot and history tables), counted
+    # as it is written.
+    change_kinds: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec: TableSpec) -> None:
         self.spec = spec
@@ -169,6 +181,7 @@ class Strategy:
         spec = self.spec
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
+        quarantined = None
         if spec.quality.rules:
             if remote:
                 # A database's window is read once, outside the rules' time limit.
@@ -176,7 +189,7 @@ class Strategy:
             # The rules are evaluated (and counted) in one job of their own, under
             # quality.rule_timeout; the quarantine and the increment come from its copy.
             rows, observation = checked_in_time(spark, spec, rows, stage_root, "checked")
-            rows = divert(spec, rows, stage_root, run_id)
+            rows, quarantined = divert(spec, rows, stage_root, run_id)
         elif staged_first:
             rows, observation = observed(spec, rows)
             if remote and not self.reads_whole_source:
@@ -194,10 +207,11 @@ class Strategy:
                 spec, incoming.schema, state.schema, target.read_by
             )
         increment = increment.sortWithinPartitions(*key_columns)
-        increment.write.mode("overwrite").parquet(f"{stage_root}/increment")
+        counters = increment_counters(increment.columns, self.change_kinds)
+        written = write_counted(increment, f"{stage_root}/increment", *counters)
         counts = observation.get
         fail_on_bad_rows(spec, counts)
-        return Staged(counts, new_columns)
+        return Staged(counts, new_columns, written=written, quarantined=quarantined)
 
     def reduce(
         self,
@@ -246,13 +260,12 @@ class Strategy:
 
     # -- result ----------------------------------------------------------------------------
 
-    def change_counts(self, staged_path: str) -> dict[str, int]:
-        """Staged rows by kind of change (snapshot and history tables)."""
+    def change_counts(self, written: dict) -> dict[str, int]:
+        """Staged rows by kind of change (snapshot and history tables), from what the
+        increment's write counted."""
         return {}
 
-    def unchanged(
-        self, extracted: int, counts: dict[str, int], logged_path: str | None
-    ) -> int | None:
+    def unchanged(self, extracted: int, counts: dict[str, int], logged_rows: int) -> int | None:
         """Rows that needed no write, when the strategy knows them apart."""
         return None
 
@@ -263,8 +276,10 @@ class Strategy:
         target: DeltaTarget,
         rows_extracted: int,
         staged_path: str,
+        staged_deletes: int,
     ) -> GuardReport | None:
-        """Judge the run's deletes before anything is written; raises DeleteGuardError."""
+        """Judge the run's deletes (``staged_deletes``: the increment's delete rows, counted
+        as it was written) before anything is written; raises DeleteGuardError."""
         return None
 
 

@@ -85,6 +85,7 @@ class Cdc(Strategy):
         target: DeltaTarget,
         rows_extracted: int,
         staged_path: str,
+        staged_deletes: int,
     ) -> GuardReport | None:
         guard = DeleteGuard(self.options.max_delete_share)
         soft = self.options.deletes == "soft"
@@ -96,6 +97,7 @@ class Cdc(Strategy):
             target,
             rows_extracted,
             staged_path,
+            staged_deletes,
             soft=soft,
             upper_bound=True,
         )

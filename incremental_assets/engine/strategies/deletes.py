@@ -3,7 +3,6 @@ would delete more than ``strategy.max_delete_share`` of the live rows is refused
 
 from __future__ import annotations
 
-import pyarrow.dataset as pads
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -21,19 +20,20 @@ def judge_deletes(
     target: DeltaTarget,
     rows_extracted: int,
     staged_path: str,
+    staged_deletes: int,
     *,
     soft: bool,
     upper_bound: bool,
 ) -> GuardReport:
     """Judge the run's deletes against ``guard`` before anything is written (raises
     DeleteGuardError). ``upper_bound``: the staged deletes may name keys the target does
-    not hold (a feed's), so a count over the limit is made exact before judging."""
+    not hold (a feed's), so a count over the limit is made exact before judging.
+    ``staged_deletes``: the increment's delete rows, as its write counted them."""
     if not state.exists:
         return guard.judge(spec.name, rows_extracted, 0, 0)
-    staged = pads.dataset(staged_path, format="parquet")
     # Staged deletes: a snapshot's vanished rows (live target keys, exact); a feed's newest
     # change per key when it is a delete (an upper bound: its key may not be in the target).
-    deleting = staged.count_rows(filter=pads.field(changes.OP) == "D")
+    deleting = staged_deletes
     live = _live_rows(spark, target, state, soft=soft and bool(deleting or not rows_extracted))
     if deleting and live and deleting / live > guard.limit and upper_bound:
         deleting = _deletes_of_live_keys(spark, spec, target, staged_path, soft)

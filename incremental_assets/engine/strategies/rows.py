@@ -3,13 +3,13 @@ counts observed as the rows are written, quarantine diversion, staged copies."""
 
 from __future__ import annotations
 
-import pyarrow.dataset as pads
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, quality, transforms
 from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
 from incremental_assets.engine.snapshots import CHANGE
+from incremental_assets.engine.staging import write_counted
 from incremental_assets.engine.time_limits import time_limited
 from incremental_assets.specs import TableSpec
 
@@ -56,28 +56,51 @@ def checked_in_time(
         return staged(rows, stage_root, name), observation
 
 
-def divert(spec: TableSpec, checked: DataFrame, stage_root: str, run_id: str) -> DataFrame:
+def divert(
+    spec: TableSpec, checked: DataFrame, stage_root: str, run_id: str
+) -> tuple[DataFrame, int | None]:
     """Stage the rows that fail a quarantine rule apart (with the rules they failed, the run
-    and the time) and return the others, without the rule names. ``checked`` is a staged
-    copy (``checked_in_time``): both parts come from it, so the window is read once."""
+    and the time) and return the others, without the rule names, and the rows diverted
+    (None when no rule quarantines). ``checked`` is a staged copy (``checked_in_time``):
+    both parts come from it, so the window is read once."""
     rules = spec.quality.rules
     if not any(r.action == "quarantine" for r in rules):
-        return checked.drop(quality.FAILED)
+        return checked.drop(quality.FAILED), None
     diverted = quality.diverted(rules)
-    (
+    quarantined = (
         checked.filter(diverted)
         .withColumn(quality.RUN_ID, F.lit(run_id))
         .withColumn(quality.QUARANTINED_AT, F.current_timestamp())
-        .write.mode("overwrite")
-        .parquet(f"{stage_root}/quarantine")
     )
-    return checked.filter(~diverted).drop(quality.FAILED)
+    counted = write_counted(quarantined, f"{stage_root}/quarantine")
+    return checked.filter(~diverted).drop(quality.FAILED), counted["rows"]
 
 
 def staged(rows: DataFrame, stage_root: str, name: str) -> DataFrame:
     path = f"{stage_root}/{name}"
     rows.write.mode("overwrite").parquet(path)
     return rows.sparkSession.read.parquet(path)
+
+
+def staged_counted(rows: DataFrame, stage_root: str, name: str) -> tuple[DataFrame, int]:
+    """``staged``, with the rows written."""
+    path = f"{stage_root}/{name}"
+    counted = write_counted(rows, path)
+    return rows.sparkSession.read.parquet(path), counted["rows"]
+
+
+def increment_counters(columns: list[str], kinds: tuple[str, ...]) -> list[Column]:
+    """What an increment's write counts besides its rows: each kind of change in ``kinds``
+    (``change:<kind>``, snapshot and history tables) and the staged deletes (``deletes``,
+    change sets)."""
+    counters = []
+    if CHANGE in columns:
+        counters += [
+            F.count(F.when(F.col(CHANGE) == kind, 1)).alias(f"change:{kind}") for kind in kinds
+        ]
+    if changes.OP in columns:
+        counters.append(F.count(F.when(F.col(changes.OP) == "D", 1)).alias("deletes"))
+    return counters
 
 
 def fail_on_bad_rows(spec: TableSpec, observed: dict) -> None:
@@ -120,12 +143,7 @@ def _fail_on_null_keys(spec: TableSpec, observed: dict) -> None:
         )
 
 
-def count_staged(path: str) -> int:
-    return pads.dataset(path, format="parquet").count_rows()
-
-
-def change_counts(staged_path: str, names: tuple[str, ...]) -> dict[str, int]:
-    """Staged rows per kind of change (``names``), for snapshot and history tables."""
-    kinds = pads.dataset(staged_path, format="parquet").to_table(columns=[CHANGE]).column(0)
-    counts = {str(v["values"]): int(v["counts"]) for v in kinds.value_counts().to_pylist()}
-    return {name: counts.get(name, 0) for name in names}
+def change_counts(written: dict, names: tuple[str, ...]) -> dict[str, int]:
+    """Staged rows per kind of change (``names``), for snapshot and history tables, as the
+    increment's write counted them (``increment_counters``)."""
+    return {name: int(written.get(f"change:{name}", 0)) for name in names}

@@ -31,10 +31,12 @@ from incremental_assets.engine.strategies.cdc import Cdc
 from incremental_assets.engine.strategies.rows import (
     change_counts,
     checked_in_time,
-    count_staged,
     fail_on_bad_rows,
+    increment_counters,
     observed,
     staged,
+    staged_counted,
+    write_counted,
 )
 from incremental_assets.engine.strategies.snapshot import Snapshot, refuse_repeated_keys
 from incremental_assets.engine.strategies.upsert import Upsert
@@ -50,6 +52,7 @@ HISTORY_KINDS = ("open", "close", "update", "remove")
 
 class Scd2(Strategy):
     kind = "scd2"
+    change_kinds = HISTORY_KINDS
 
     def __init__(self, spec: TableSpec) -> None:
         super().__init__(spec)
@@ -144,18 +147,26 @@ class Scd2(Strategy):
             stored = staged(_of(stored, keys, spec.keys), stage_root, "held")
         if logged is not None:
             logged = staged(_of(logged, keys, spec.keys), stage_root, "log")
-        increment, _ = history.history_changes(
-            events, logged, stored, columns, stage=lambda rows, name: staged(rows, stage_root, name)
-        )
+        written_rows: dict[str, int] = {}
+
+        def stage(rows: DataFrame, name: str) -> DataFrame:
+            found, written_rows[name] = staged_counted(rows, stage_root, name)
+            return found
+
+        increment, _ = history.history_changes(events, logged, stored, columns, stage=stage)
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        (
-            increment.repartitionByRange(*key_columns)
-            .sortWithinPartitions(*key_columns)
-            .write.mode("overwrite")
-            .parquet(f"{stage_root}/increment")
+        ordered = increment.repartitionByRange(*key_columns).sortWithinPartitions(*key_columns)
+        counters = increment_counters(ordered.columns, self.change_kinds)
+        written = write_counted(ordered, f"{stage_root}/increment", *counters)
+        # new_changes is staged by history_changes; a run with none appends nothing.
+        fresh = written_rows.get("new_changes", 0)
+        return Staged(
+            counts,
+            new_columns,
+            f"{stage_root}/new_changes" if fresh else None,
+            written=written,
+            logged_rows=fresh,
         )
-        # new_changes is staged by history_changes.
-        return Staged(counts, new_columns, f"{stage_root}/new_changes")
 
     # -- commit and result -----------------------------------------------------------------
 
@@ -182,15 +193,12 @@ class Scd2(Strategy):
         if logged_path:
             ChangeLog(target).append(spark, logged_path)
 
-    def change_counts(self, staged_path: str) -> dict[str, int]:
-        return change_counts(staged_path, HISTORY_KINDS)
+    def change_counts(self, written: dict) -> dict[str, int]:
+        return change_counts(written, HISTORY_KINDS)
 
-    def unchanged(
-        self, extracted: int, counts: dict[str, int], logged_path: str | None
-    ) -> int | None:
+    def unchanged(self, extracted: int, counts: dict[str, int], logged_rows: int) -> int | None:
         """The changes already in the change log (replays, duplicates)."""
-        fresh = count_staged(logged_path) if logged_path else 0
-        return max(extracted - fresh, 0)
+        return max(extracted - logged_rows, 0)
 
 
 def _versions(newer: str) -> tuple[Clause, ...]:

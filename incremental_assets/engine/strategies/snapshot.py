@@ -33,6 +33,7 @@ class Snapshot(Strategy):
     kind = "snapshot"
     reads_whole_source = True
     guards_deletes = True
+    change_kinds = SNAPSHOT_KINDS
 
     def __init__(self, spec: TableSpec) -> None:
         super().__init__(spec)
@@ -113,12 +114,10 @@ class Snapshot(Strategy):
             acts=change_set_acts(self.options.deletes),
         )
 
-    def change_counts(self, staged_path: str) -> dict[str, int]:
-        return change_counts(staged_path, SNAPSHOT_KINDS)
+    def change_counts(self, written: dict) -> dict[str, int]:
+        return change_counts(written, SNAPSHOT_KINDS)
 
-    def unchanged(
-        self, extracted: int, counts: dict[str, int], logged_path: str | None
-    ) -> int | None:
+    def unchanged(self, extracted: int, counts: dict[str, int], logged_rows: int) -> int | None:
         """Snapshot rows that matched the target exactly."""
         return max(extracted - counts.get("insert", 0) - counts.get("change", 0), 0)
 
@@ -129,6 +128,7 @@ class Snapshot(Strategy):
         target: DeltaTarget,
         rows_extracted: int,
         staged_path: str,
+        staged_deletes: int,
     ) -> GuardReport | None:
         guard = DeleteGuard(self.options.max_delete_share, self.options.allow_empty)
         soft = self.options.deletes == "soft"
@@ -140,6 +140,7 @@ class Snapshot(Strategy):
             target,
             rows_extracted,
             staged_path,
+            staged_deletes,
             soft=soft,
             upper_bound=False,
         )
