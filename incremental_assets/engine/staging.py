@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -77,3 +77,20 @@ def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     counted.write.mode("overwrite").parquet(path)
     found = dict(observation.get)
     return {k: int(v or 0) for k, v in found.items()}
+
+
+@contextmanager
+def vanished_as(folder: str, error: Callable[[str], Exception]) -> Iterator[None]:
+    """Turn a failure to read this run's staged files because they are gone into
+    ``error(detail)``: another run of the table started meanwhile and emptied the staging
+    root (a table's pool runs one at a time; this is the stray second run), so nothing of
+    this run is committed."""
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc)
+        missing = any(m in text for m in ("PATH_NOT_FOUND", "FileNotFound", "does not exist"))
+        if not (missing and folder.split("://")[-1] in text):
+            raise
+        detail = "another run of this table started meanwhile and emptied its staging folder"
+        raise error(detail) from None

@@ -508,6 +508,10 @@ class DeltaTarget:
             )
         return found
 
+    def concurrent_error(self, detail: str) -> ConcurrentLoadError:
+        """The error of a run another writer overtook (``detail``: how)."""
+        return self._concurrent(detail)
+
     def _concurrent(self, detail: str) -> ConcurrentLoadError:
         return ConcurrentLoadError(
             self.table_name,

@@ -89,7 +89,10 @@ def _run_load(
             late_unchecked=_unchecked(probed.ledger),
         )
 
-    with staging.run_folder(spark, staging_root) as stage_root:
+    with (
+        staging.run_folder(spark, staging_root) as stage_root,
+        staging.vanished_as(stage_root, target.concurrent_error),
+    ):
         with phase("extract"), naming_source_files(spec.name, source_path):
             extracted = extract(
                 spark, strategy, source, window, state, target, stage_root, request.run_id

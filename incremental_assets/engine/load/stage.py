@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
@@ -133,7 +134,10 @@ def rows_by_partition(
         path = acting_rows_path(staged_path)
     else:
         return {}
-    rows = spark.read.parquet(path)
+    try:
+        rows = spark.read.parquet(path)
+    except AnalysisException:  # a commit that staged no acting rows apart: all it staged
+        rows = spark.read.parquet(staged_path)
     column = spec.partition_column
     if column not in rows.columns:
         return {}
