@@ -399,3 +399,13 @@ class Project:
             tags=tags,
             **kwargs,
         )
+
+
+def staging_left(root: Path) -> list[str]:
+    """What a table's staging root holds besides the empty file its emptying leaves (and
+    that file's checksum): run folders and the files of runs."""
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_dir() or (p.stat().st_size and not p.name.endswith(".crc"))
+    )

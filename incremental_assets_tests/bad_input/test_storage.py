@@ -161,7 +161,7 @@ def test_a_quarantine_on_the_landing_folder_itself_is_refused(tmp_path):
 
 def test_a_target_on_the_staging_folder_is_refused_at_load(tmp_path):
     problems = problems_of(
-        tmp_path, table("orders"), table("audit", target={"path": "./warehouse/_staging"})
+        tmp_path, table("orders"), table("audit", target={"path": "./warehouse/orders__staging"})
     )
 
     assert [(p[0], p[1]) for p in problems] == [("audit", "target.path")]

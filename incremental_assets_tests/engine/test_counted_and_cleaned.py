@@ -1,10 +1,11 @@
 """Nothing is silent or left behind: watermark values no window can reach are counted and
-checked, and a run's staging folder is gone after it fails (or, if its process was
-killed, after the table's next run)."""
+checked, and a run's staging folder (on the warehouse, never in the driver's temp folder)
+is gone after it fails (or, if its process was killed, after the table's next run)."""
 
 from __future__ import annotations
 
-import subprocess
+import tempfile
+import uuid
 from datetime import datetime, timezone
 
 import pytest
@@ -12,11 +13,20 @@ import pytest
 from incremental_assets.dagster_layer.checks import WATERMARK_IN_RANGE, check_specs
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.checks import watermark_in_range
-from incremental_assets_tests.builders import at, day_request, make_spec, target_rows
+from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets_tests.builders import (
+    at,
+    day_request,
+    make_spec,
+    staging_left,
+    target_rows,
+)
+from incremental_assets_tests.servers import s3_options
 
 UTC = timezone.utc
 ANCIENT = datetime(1700, 3, 1, tzinfo=UTC)
 FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)
+QUARANTINE_NEGATIVE = {"name": "positive", "check": "amount > 0", "action": "quarantine"}
 
 
 def test_watermarks_before_the_start_or_far_in_the_future_are_counted_and_fail_a_check(
@@ -65,7 +75,9 @@ def test_a_failed_run_leaves_no_staging_folder(spark, orders_source, target, tmp
     with pytest.raises(IncrementalLoadError, match="positive: 1 rows"):
         run_load(spark, spec, target, day_request(1), staging_dir=str(staging))
 
-    assert list(staging.iterdir()) == []
+    # The table's staging root under staging_dir, emptied by Spark: one empty file is all.
+    assert [p.name for p in staging.iterdir()] == ["orders"]
+    assert staging_left(staging / "orders") == []
     assert not target.exists()
 
 
@@ -73,15 +85,51 @@ def test_a_killed_runs_staging_folder_is_removed_by_the_next_run(
     spark, orders_source, target, tmp_path
 ):
     staging = tmp_path / "staging"
-    ended = subprocess.Popen(["true"])  # its pid stands for a run that was killed
-    ended.wait()
-    orphan = staging / f"ia-orders-{ended.pid}-abc123" / "increment"
+    orphan = staging / "orders" / "3f2a9c0d41b7" / "increment"  # a SIGKILLed run's folder
     orphan.mkdir(parents=True)
     (orphan / "part-0.parquet").write_bytes(b"left by a SIGKILLed run")
-    other_table = staging / f"ia-orders_2-{ended.pid}-def456"
-    other_table.mkdir()
+    other_table = staging / "orders_2" / "5e0c1d2b3a49"
+    other_table.mkdir(parents=True)
     orders_source.upsert([(1, "new", 1.0, at(1, 1))])
 
     run_load(spark, make_spec(orders_source.path), target, day_request(1), staging_dir=str(staging))
 
-    assert sorted(p.name for p in staging.iterdir()) == [other_table.name]
+    assert staging_left(staging / "orders") == []
+    assert other_table.is_dir()  # another table's staging root is not this run's
+
+
+def test_a_run_on_an_s3_warehouse_writes_nothing_to_the_driver_temp_folder(
+    spark, s3, orders_source, tmp_path, monkeypatch
+):
+    bucket = f"wh-{uuid.uuid4().hex[:10]}"
+    s3.create(bucket)
+    target = DeltaTarget("orders", f"s3://{bucket}/wh/orders", s3_options(s3.endpoint))
+    driver_temp = tmp_path / "driver-temp"
+    driver_temp.mkdir()
+    # Python's temp folder for this run (Spark's own local folder, executor scratch space
+    # for shuffles, is fixed at the session's start and may be used).
+    monkeypatch.setenv("TMPDIR", str(driver_temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(driver_temp))
+    orders_source.upsert([(1, "new", 1.0, at(1, 1)), (2, "new", 2.0, at(1, 2))])
+    spec = make_spec(orders_source.path, quality={"rules": [QUARANTINE_NEGATIVE]})
+    run_load(spark, spec, target, day_request(1))
+    orders_source.upsert([(1, "paid", 1.5, at(2, 1)), (3, "new", -3.0, at(2, 2))])
+
+    seen = {}
+
+    def look(phase: str) -> None:  # mid-run, once the increment is staged
+        if phase == "staged":
+            keys = [k for k in s3.keys(bucket) if k.startswith("wh/orders__staging/")]
+            seen["temp"] = list(driver_temp.iterdir())
+            seen["increment"] = any("/increment/part-" in k for k in keys)
+
+    result = run_load(spark, spec, target, day_request(2), hook=look)
+
+    assert seen == {"temp": [], "increment": True}
+    assert result.quality is not None and result.quality.rows_quarantined == 1
+    assert (result.rows_inserted, result.rows_updated) == (0, 1)
+    assert list(driver_temp.iterdir()) == []
+    # Staged beside the target on the store, and emptied: one empty object is all.
+    staged = [k for k in s3.keys(bucket) if k.startswith("wh/orders__staging/")]
+    assert [s3.get(bucket, k) for k in staged if not k.endswith("/")] == [""]
+    assert [r["order_id"] for r in spark.read.format("delta").load(target.spark_path).collect()]

@@ -39,6 +39,7 @@ from incremental_assets_tests.builders import (
     feed,
     reference,
     scd2_reference,
+    staging_left,
     target_rows,
 )
 
@@ -360,9 +361,12 @@ def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, 
     assert child.tombstones() == tombstones  # after_extract: not yet written
     assert len(child.materializations()) == 1
     dead_run = child.assert_killed_run_held_its_slot()
+    staging_root = Path(f"{child.target.path}__staging")
+    assert staging_left(staging_root)  # the killed run's folder, on the warehouse
 
     assert child.materialize(CRASH_DAY) == 0
     child.assert_rerun_freed(dead_run)
+    assert staging_left(staging_root) == []  # removed by the next run
     assert_equals_reference(child, spark)
     last = child.last_metadata()
     reported = tuple(last[f"rows_{n}"].value for n in ("inserted", "updated", "deleted"))
