@@ -168,7 +168,9 @@ def test_a_target_on_the_staging_folder_is_refused_at_load(tmp_path):
     assert "the staging folder of table 'orders'" in problems[0][2]
 
 
-@pytest.mark.parametrize("name", ["_staging", "_delta_log", "_STAGING", "orders__Tombstones"])
+@pytest.mark.parametrize(
+    "name", ["_staging", "_delta_log", "_STAGING", "orders__Tombstones", "orders__Staging"]
+)
 def test_reserved_table_names_are_refused(tmp_path, name):
     problems = problems_of(tmp_path, table(name, source="./source/x"))
 
