@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -94,13 +93,6 @@ def judged(table: str, df: DataFrame, rules: Sequence[RuleSpec]) -> DataFrame:
                 "correct the rule's check (a Spark SQL boolean expression over the source "
                 f"columns: {', '.join(df.columns)})",
             ) from None
-        if not _deterministic(analysed):
-            _refuse(
-                table,
-                rule,
-                "its result is not deterministic (the same row could be "
-                "judged differently by a re-run), which breaks idempotent merges",
-            )
         results.append(expression.cast("boolean").alias(rule.name))
     judged = df.withColumn(RESULTS, F.struct(*results))
     checks = [
@@ -114,8 +106,8 @@ def refuse_unsafe(table: str, df: DataFrame, rule: RuleSpec) -> None:
     """Refuse a check that is more than an expression over one row of ``df``, before Spark
     evaluates anything: the spec's own check (``specs.expressions``, repeated here for rules
     built without validation), then Spark's parse tree of the check: every function called
-    must be on the same allowlist, and no subquery may appear. The parse tree is skipped
-    where the JVM session is not reachable (Spark Connect).
+    must be on the same allowlist (whose functions are all deterministic), and no subquery
+    may appear. Both run through public interfaces, on a local session and over Connect.
 
     Raises:
         IncrementalLoadError: naming the rule and the reason.
@@ -141,102 +133,66 @@ def _first_line(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-# Parse-tree nodes Spark builds for the clock and the session user without a function call.
-_BARE_NODES = {
-    "CurrentDate": "current_date",
-    "CurrentTimestamp": "current_timestamp",
-    "CurrentTime": "current_time",
-    "Now": "now",
-    "LocalTimestamp": "localtimestamp",
-    "CurrentUser": "current_user",
-}
+# Spark's parsed plan, as SQL's EXPLAIN prints it (a public interface that Spark Connect
+# serves too; no JVM object is reached). Unresolved names print with a leading quote:
+# 'f(...) is a function call, 'name a column or a bare keyword such as current_user.
+_CALL = re.compile(r"'((?:\w+\.)*\w+)\(")
+_NAME = re.compile(r"'(\w+)(?![\w.(])")
+# Nodes the parser builds itself for the clock and the session user, printed resolved.
+_BARE_NODE = re.compile(
+    r"(?<![\w'`])(current_date|current_timestamp|current_time|now|localtimestamp"
+    r"|current_user)\(\)"
+)
+# A relation no catalog holds: the analysis of the probe fails on it, so nothing past the
+# parser (no optimizer, no constant folding) ever sees the check.
+_NO_RELATION = "`incremental_assets rule probe`"
 
 
 def parse_tree_refusal(df: DataFrame, check: str) -> str | None:
-    """Why Spark's own parse of ``check`` is refused (None when it is not, or when Spark's
-    parser is not reachable from here)."""
-    jsession = getattr(df.sparkSession, "_jsparkSession", None)
-    if jsession is None:  # Spark Connect: the check of specs.expressions stands alone
-        return None
+    """Why Spark's own parse of ``check`` is refused (None when it is not). Spark's parser
+    is asked through SQL's ``EXPLAIN EXTENDED``, which prints the parsed plan even when the
+    analysis fails; a check Spark cannot parse is left to the evaluation, which reports
+    Spark's reason."""
     try:
-        parser = jsession.sessionState().sqlParser()
-    except Py4JError:
-        return None
-    try:
-        tree = parser.parseExpression(check)
-    except (ParseException, Py4JJavaError):
+        rows = df.sparkSession.sql(
+            f"EXPLAIN EXTENDED SELECT ({check}) AS c FROM {_NO_RELATION}"
+        ).collect()
+    except ParseException:
         return None  # not valid SQL: evaluating it reports Spark's reason
-    columns = {c.lower() for c in df.columns}
-    try:
-        return _tree_refusal(tree, columns)
-    except Py4JError as exc:  # fail closed: an unreadable tree is not run
-        return f"Spark's parse tree of the check could not be inspected ({_first_line(exc)})"
+    text = rows[0][0] if rows else ""
+    if "== Parsed Logical Plan ==" not in text:  # fail closed: an unread tree is not run
+        return f"Spark's parse tree of the check could not be inspected ({_first_line(text)})"
+    parsed = text.split("== Parsed Logical Plan ==", 1)[1].split("== Analyzed", 1)[0]
+    return _plan_refusal(parsed, {c.lower() for c in df.columns})
 
 
-def _tree_refusal(tree, columns: set[str]) -> str | None:
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        kinds = _class_names(node)
-        if kinds & {"SubqueryExpression", "PlanExpression"}:
+def _plan_refusal(parsed: str, columns: set[str]) -> str | None:
+    lines = [line for line in parsed.splitlines() if line.strip()]
+    # A subquery's plan is printed under the expression that holds it, its lines led by ':'.
+    if any(line.startswith(":") for line in lines):
+        return (
+            "it holds a subquery, which reads other tables; a check may only read the "
+            "row's own columns"
+        )
+    expression = lines[0] if lines else ""
+    if "expressionwithunresolvedidentifier(" in expression:
+        return expressions.function_refusal("identifier")
+    for name in _CALL.findall(expression):
+        if "." in name:
             return (
-                "it holds a subquery, which reads other tables; a check may only read the "
-                "row's own columns"
+                f"{name}() is called with a qualified name; a check may only call built-in "
+                "functions by their plain name"
             )
-        if "ExpressionWithUnresolvedIdentifier" in kinds:
-            return expressions.function_refusal("identifier")
-        if "UnresolvedFunction" in kinds:
-            parts = _strings(node.nameParts())
-            if len(parts) > 1:
-                return (
-                    f"{'.'.join(parts)}() is called with a qualified name; a check may only "
-                    "call built-in functions by their plain name"
-                )
-            if reason := expressions.function_refusal(parts[0]):
-                return reason
-        if "UnresolvedAttribute" in kinds:
-            # Spark reads a bare current_user, user, current_date ... as the function
-            # when no column has that name.
-            parts = _strings(node.nameParts())
-            name = parts[0].lower() if len(parts) == 1 else None
-            if name in expressions.LITERAL_FUNCTIONS and name not in columns:
-                return expressions.function_refusal(parts[0])
-        for kind, function in _BARE_NODES.items():
-            if kind in kinds:
-                return expressions.function_refusal(function)
-        children = node.children().iterator()
-        while children.hasNext():
-            pending.append(children.next())
+        if reason := expressions.function_refusal(name):
+            return reason
+    for name in _NAME.findall(expression):
+        # Spark reads a bare current_user, user, current_date ... as the function when no
+        # column has that name.
+        if name.lower() in expressions.LITERAL_FUNCTIONS and name.lower() not in columns:
+            return expressions.function_refusal(name)
+    if match := _BARE_NODE.search(expression):
+        return expressions.function_refusal(match.group(1))
     return None
-
-
-def _class_names(node) -> set[str]:
-    """The simple names of a JVM object's class and its superclasses."""
-    names = set()
-    cls = node.getClass()
-    while cls is not None:
-        names.add(cls.getSimpleName())
-        cls = cls.getSuperclass()
-    return names
-
-
-def _strings(seq) -> list[str]:
-    """A Scala sequence of strings as a Python list."""
-    out, it = [], seq.iterator()
-    while it.hasNext():
-        out.append(str(it.next()))
-    return out
-
-
-def _deterministic(analysed: DataFrame) -> bool:
-    """The analysed check is deterministic (True where the JVM plan is not reachable)."""
-    jdf = getattr(analysed, "_jdf", None)
-    if jdf is None:
-        return True
-    try:
-        return bool(jdf.queryExecution().analyzed().expressions().head().deterministic())
-    except Py4JError:
-        return True
 
 
 def counters(rules: Sequence[RuleSpec], nulls: bool = False) -> list[Column]:
