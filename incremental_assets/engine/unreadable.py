@@ -11,10 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
-
 from incremental_assets.engine.errors import UnreadableFileError, UnreadableLogError
+from incremental_assets.engine.spark.failures import is_spark_failure
 
 _FILE = re.compile(r"while reading file (\S+?)\.?(?:\s|$)")
 _NANOS = re.compile(r"Illegal Parquet type: INT64 \(TIMESTAMP\(NANOS")
@@ -91,8 +89,8 @@ def naming_source_files(table: str, folder: str) -> Iterator[None]:
     names it; other failures pass through unchanged."""
     try:
         yield
-    except (Py4JJavaError, PySparkException) as exc:
-        error = source_file_error(table, folder, exc)
+    except Exception as exc:
+        error = source_file_error(table, folder, exc) if is_spark_failure(exc) else None
         if error is None:
             raise
         raise error from None

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -16,6 +14,7 @@ from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.sources import delta_log
 from incremental_assets.engine.sources.base import Additions, Source, first_line
 from incremental_assets.engine.sources.identity import location_identity
+from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.specs import SourceSpec
 from incremental_assets.specs.identifiers import catalog_key
@@ -64,7 +63,9 @@ class DeltaSource(Source):
         self._added: dict[str, delta_log.AddFile] = {}  # by path, from added_since
         try:
             self._df = catalog.read(spark, self._uri, spec.table, self.version)
-        except (AnalysisException, PySparkException, Py4JJavaError) as exc:
+        except Exception as exc:
+            if not is_spark_failure(exc):
+                raise
             raise SourceNotFoundError(
                 table,
                 f"Spark's Delta Lake cannot read {spec.path} at version {self.version}: "

@@ -5,16 +5,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.sources.base import Source, SourceFile, first_line
 from incremental_assets.engine.sources.identity import location_identity
+from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.unreadable import source_file_error
 from incremental_assets.specs import SourceSpec
 
@@ -48,7 +49,9 @@ class FileSource(Source):
             )
         try:
             self._df = self._reader().load(spec.path)
-        except (AnalysisException, PySparkException, Py4JJavaError) as exc:
+        except Exception as exc:
+            if not is_spark_failure(exc):
+                raise
             if "CANNOT_MERGE_SCHEMAS" in str(exc):
                 column, types = _conflicting_column(str(exc))
                 raise SchemaMismatchError(
@@ -93,7 +96,7 @@ class FileSource(Source):
         # The file index Spark listed when the source was opened: no file is opened here.
         root = _hadoop_form(self._root_uri())
         listed = []
-        for uri, size, modified in _listing(self._df):
+        for uri, size, modified in _listing(self._df, self.spec.path):
             uri = _hadoop_form(uri)
             name = uri[len(root) :] if uri.startswith(root) else uri
             listed.append(SourceFile(name, size, modified))
@@ -120,16 +123,34 @@ def _hadoop_form(uri: str) -> str:
     return "file:/" + uri[len("file:///") :] if uri.startswith("file:///") else uri
 
 
-def _listing(df: DataFrame) -> list[tuple[str, int, int]]:
-    """Path, size and modification time of every file in the file index of ``df`` (a
-    file-source DataFrame), as Hadoop's file system listed them."""
-    relation = df._jdf.queryExecution().analyzed().collectLeaves().head().relation()
-    found = relation.location().allFiles().iterator()
-    out = []
-    while found.hasNext():
-        status = found.next()
-        out.append((status.getPath().toString(), status.getLen(), status.getModificationTime()))
-    return out
+def _listing(df: DataFrame, root: str) -> list[tuple[str, int, int]]:
+    """Path, size and modification time (epoch milliseconds) of every file of ``df`` (a
+    file-source DataFrame read from ``root``), as Hadoop's file system listed them.
+
+    The files are the DataFrame's own (``inputFiles``); their size and time come from a
+    listing of ``root`` by Spark's ``binaryFile`` source, whose content column is never
+    read. Both are public interfaces, served by a local session and Spark Connect."""
+    files = df.inputFiles()
+    if not files:
+        return []
+    wanted = {_plain(uri) for uri in files}
+    listed = (
+        df.sparkSession.read.format("binaryFile")
+        .option("recursiveFileLookup", "true")
+        .load(root)
+        .select("path", "length", F.unix_millis("modificationTime").alias("modified"))
+        .collect()
+    )
+    return [
+        (row.path, int(row.length), int(row.modified))
+        for row in listed
+        if _plain(row.path) in wanted
+    ]
+
+
+def _plain(uri: str) -> str:
+    """A file URI in one form, whichever way Hadoop printed or escaped it."""
+    return _hadoop_form(unquote(uri))
 
 
 def _conflicting_column(message: str) -> tuple[str, list[str]]:
