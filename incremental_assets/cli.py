@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         except DemoDatabaseUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    from incremental_assets.engine.errors import IncrementalLoadError
+    from incremental_assets.engine.errors import IncrementalLoadError, SparkRemoteError
     from incremental_assets.specs import SpecError
 
     commands = {
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         code = commands[args.command](args)
         sys.stdout.flush()
         return code
-    except (CliError, IncrementalLoadError, SpecError) as exc:
+    except (CliError, IncrementalLoadError, SpecError, SparkRemoteError) as exc:
         print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
         return 1
     except BrokenPipeError:

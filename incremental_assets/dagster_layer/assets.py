@@ -29,8 +29,10 @@ from incremental_assets.dagster_layer.pools import mark_worker
 from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.errors import SparkRemoteError
 from incremental_assets.engine.landing import run_landing_load
 from incremental_assets.engine.sources.jdbc import failures_explained
+from incremental_assets.engine.spark import remote
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.specs import ProjectSpec, TableSpec
 
@@ -113,6 +115,18 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
                 # A lost database connection may come back; a bad spec will not.
                 allow_retries=getattr(exc, "retryable", False),
             ) from exc
+        except Exception as exc:
+            # A Spark Connect server gone mid-run: one line naming the setting, not the
+            # client's traceback (the run's Delta commit either happened whole or not at all).
+            url = (spark.spark_config or {}).get("spark.remote")
+            gone = exc if isinstance(exc, SparkRemoteError) else remote.lost(url, exc)
+            if gone is None:
+                raise
+            raise dg.Failure(
+                description=str(gone),
+                metadata={"table": spec.name, "fix": gone.fix},
+                allow_retries=True,
+            ) from None
         context.log.info(
             f"{spec.name}: {result.mode} {result.window}: extracted {result.rows_extracted}, "
             f"inserted {result.rows_inserted}, updated {result.rows_updated}, watermark "

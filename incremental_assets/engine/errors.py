@@ -180,3 +180,12 @@ class ConnectorSettingError(ValueError):
 
 class LandingListError(OSError):
     """The folder could not be listed (missing bucket, credentials, endpoint)."""
+
+
+class SparkRemoteError(RuntimeError):
+    """The Spark Connect server the project names cannot be reached, or went away during a
+    run. Nothing was committed."""
+
+    def __init__(self, url: str, setting: str, problem: str, fix: str):
+        self.url, self.setting, self.fix = url, setting, fix
+        super().__init__(f"the Spark Connect server {url} ({setting}) {problem}. Fix: {fix}")

@@ -25,6 +25,9 @@ REQUIRED_CONF: dict[str, str] = {
     # (a rule's check, a path in OPTIMIZE/VACUUM) with the machine's environment
     # variables, Java system properties and settings: secrets, shown in results and errors.
     "spark.sql.variable.substitute": "false",
+    # Timestamps pushed down to a JDBC database are rendered in the session zone (UTC),
+    # not the driver JVM's default zone, which no public API (nor Spark Connect) can read.
+    "spark.sql.datetime.java8API.enabled": "true",
 }
 
 # Why each required setting matters, for the error when a session keeps another value.
@@ -37,6 +40,8 @@ _WHY: dict[str, str] = {
     "spark.sql.variable.substitute": "with it on, Spark substitutes environment variables, "
     "Java system properties and settings (${env:NAME}, ${system:NAME}, ${spark.<setting>}) "
     "into SQL text, which could expose a secret of the machine in a result or an error",
+    "spark.sql.datetime.java8API.enabled": "timestamps pushed down to a JDBC database are "
+    "rendered in the session zone (UTC), not the driver JVM's default zone",
 }
 
 # Spark's Delta Lake: DeltaTable, MERGE/OPTIMIZE/VACUUM SQL and format("delta").
@@ -68,7 +73,19 @@ def spark_conf(overrides: dict[str, str] | None = None) -> dict[str, str]:
 def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSession:
     """A session with ``conf`` and Delta Lake's jars: from the cache, or resolved once by
     Spark (said on stderr), or, when Spark's resolver cannot reach the repository, fetched
-    by Maven into the cache."""
+    by Maven into the cache. With ``spark.remote`` in ``conf``, a session on that Spark
+    Connect server instead (engine/spark/remote.py): jars are then the server's."""
+    if conf.get("spark.remote"):
+        from incremental_assets.engine.spark import remote
+
+        session = remote.connect_session(conf["spark.remote"], conf)
+        try:
+            ensure_required_conf(session)
+        except Exception as exc:
+            if remote.server_gone(exc):
+                raise remote.unreachable(conf["spark.remote"], exc) from None
+            raise
+        return session
     plan = jars.plan(conf)
     own = {k: v for k, v in conf.items() if k != "spark.jars.packages"}
     if plan.resolving:
@@ -82,8 +99,8 @@ def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSes
         session = _build(jars.placed(own, plan), app_name)
     else:
         if plan.resolving:
-            jars.record(plan, session.sparkContext.getConf().get("spark.jars", ""))
-    session.sparkContext.setLogLevel("ERROR")
+            jars.record(plan, session.conf.get("spark.jars", "") or "")
+    # The log level is spark.log.level (LOCAL_DEFAULTS), applied as the JVM starts.
     # getOrCreate may hand back a session started elsewhere, with its own settings.
     ensure_required_conf(session)
     return session

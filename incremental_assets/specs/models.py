@@ -880,6 +880,12 @@ class SparkSpec(_Spec):
         default=None,
         description="Spark master URL; default local[*] (or INCREMENTAL_ASSETS_SPARK_MASTER).",
     )
+    remote: str | None = Field(
+        default=None,
+        description="A Spark Connect server, sc://HOST:PORT, instead of a JVM in each run "
+        "(INCREMENTAL_ASSETS_SPARK_REMOTE wins). Jars and connectors are the server's. A "
+        "URL with a token (Databricks) goes in the environment variable, not here.",
+    )
     conf: Settings = Field(
         default_factory=dict,
         description="Extra Spark settings, e.g. spark.jars: /usr/share/java/postgresql.jar. "
@@ -893,6 +899,30 @@ class SparkSpec(_Spec):
         refuse_secret_values(refuse_secrets(value, SPARK_SECRET), SPARK_SECRET)
         refuse_substitution_setting(value)
         return value
+
+    @field_validator("remote")
+    @classmethod
+    def _connect_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.startswith("sc://"):
+            raise ValueError(f"{value!r} is not a Spark Connect URL; write it as sc://HOST:PORT")
+        if "token=" in value.lower():
+            raise ValueError(
+                "the URL holds a token, a secret: set the whole URL in the environment "
+                "variable INCREMENTAL_ASSETS_SPARK_REMOTE instead"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _master_or_remote(self) -> SparkSpec:
+        if self.master and self.remote:
+            raise ValueError(
+                "set spark.master (a JVM in each run) or spark.remote (a Spark Connect "
+                "server), not both; the server's own master decides where a Connect "
+                "session's work runs"
+            )
+        return self
 
 
 class ProjectSpec(_Spec):

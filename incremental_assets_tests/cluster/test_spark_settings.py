@@ -13,10 +13,12 @@ import pytest
 
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.engine import jars
-from incremental_assets.engine.errors import ConnectorSettingError
-from incremental_assets.engine.spark import connectors
+from incremental_assets.engine.errors import ConnectorSettingError, SparkRemoteError
+from incremental_assets.engine.spark import connectors, remote
 from incremental_assets.engine.spark.settings import project_conf
-from incremental_assets.specs import load_project
+from incremental_assets.engine.spark_session import REQUIRED_CONF, start_session
+from incremental_assets.specs import SpecError, load_project
+from incremental_assets_tests.postgres import free_port
 
 TABLE = """
   - name: orders
@@ -38,6 +40,7 @@ def _project(tmp_path: Path, root: str, source: str = "./source", extra: str = "
 def _no_connector_setting(monkeypatch):
     monkeypatch.delenv(connectors.CONNECTORS_ENV, raising=False)
     monkeypatch.delenv("INCREMENTAL_ASSETS_SPARK_MASTER", raising=False)
+    monkeypatch.delenv(remote.REMOTE_ENV, raising=False)
 
 
 def test_a_local_project_asks_for_no_connector(tmp_path):
@@ -127,3 +130,59 @@ def test_a_local_session_keeps_the_aws_sdk_on_the_driver_class_path():
     # Executors elsewhere need every jar shipped.
     assert cluster["spark.jars"] == f"{delta},{bundle}"
     assert "spark.driver.extraClassPath" not in cluster
+
+
+def _remote_project(tmp_path: Path, spark: str):
+    path = tmp_path / "tables.yaml"
+    path.write_text(
+        f"warehouse: {{root: 's3a://lake/w'}}\nspark:\n{spark}tables:{TABLE.format(source='./s')}"
+    )
+    return load_project(path)
+
+
+def test_a_connect_server_takes_the_place_of_the_local_jvm(tmp_path, monkeypatch):
+    spark = "  remote: sc://10.0.0.5:15002\n  conf: {spark.sql.shuffle.partitions: '4'}\n"
+    project = _remote_project(tmp_path, spark)
+
+    conf = project_conf(project)
+    monkeypatch.setenv(remote.REMOTE_ENV, "sc://127.0.0.1:15003")
+    from_environment = project_conf(project)
+
+    # Jars, connectors, s3a settings and the master are the server's.
+    assert conf == {
+        "spark.remote": "sc://10.0.0.5:15002",
+        "spark.sql.shuffle.partitions": "4",
+        **REQUIRED_CONF,
+    }
+    assert from_environment["spark.remote"] == "sc://127.0.0.1:15003"
+
+
+@pytest.mark.parametrize(
+    ("spark", "says"),
+    [
+        ("  remote: sc://h:1\n  master: local[2]\n", "set spark.master"),
+        ("  remote: 'sc://h:443/;token=dapi123'\n", "INCREMENTAL_ASSETS_SPARK_REMOTE instead"),
+        ("  remote: 'http://h:1'\n", "not a Spark Connect URL"),
+    ],
+)
+def test_a_bad_remote_setting_is_refused_at_load(tmp_path, spark, says):
+    with pytest.raises(SpecError, match="remote") as info:
+        _remote_project(tmp_path, spark)
+
+    assert says in str(info.value)
+    assert "dapi123" not in str(info.value)
+
+
+def test_an_unreachable_connect_server_is_one_error_naming_the_setting():
+    url = f"sc://127.0.0.1:{free_port()}"
+
+    with pytest.raises(SparkRemoteError) as info:
+        start_session({"spark.remote": url, **REQUIRED_CONF})
+
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"the Spark Connect server {url} ({remote.SETTING}) cannot be reached"
+    )
+    assert "nothing was run" in message
+    assert "Fix: start the server (./dev spark-server prints its URL)" in message

@@ -20,6 +20,7 @@ from incremental_assets.engine.load.commit import commit
 from incremental_assets.engine.load.probe import probe
 from incremental_assets.engine.load.result import LoadResult, Phases, result
 from incremental_assets.engine.load.stage import extract, rows_by_partition
+from incremental_assets.engine.spark import remote
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.engine.unreadable import naming_source_files
 from incremental_assets.engine.windows import LoadRequest
@@ -49,7 +50,10 @@ def run_load(
             nothing is committed.
     """
     staging_root = staging.root_of(spec.name, target.path, staging_dir)
-    with naming_full_disks(spark, spec.name, target.path, staging_dir or staging_root):
+    with (
+        remote.naming_lost_server(spark),
+        naming_full_disks(spark, spec.name, target.path, staging_dir or staging_root),
+    ):
         return _run_load(spark, spec, target, request, source_storage, staging_root, hook)
 
 

@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 
-from py4j.protocol import Py4JError, Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -49,6 +47,7 @@ from incremental_assets.engine.errors import (
 from incremental_assets.engine.predicates import Part, Range
 from incremental_assets.engine.sources.base import Source
 from incremental_assets.engine.sources.identity import database_identity
+from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
     WatermarkValue,
@@ -206,7 +205,9 @@ class JdbcSource(Source):
         without the password."""
         try:
             yield
-        except (Py4JJavaError, PySparkException, Py4JError) as exc:
+        except Exception as exc:
+            if not is_spark_failure(exc):
+                raise
             raise explain_failure(exc, self.table, self.spec, doing, self._password) from None
 
     # -- internals ----------------------------------------------------------------------
@@ -397,13 +398,10 @@ def _postgres_zone(java_zone: str) -> str:
 
 
 def _literal_zone(spark: SparkSession) -> str:
-    java8 = spark.conf.get("spark.sql.datetime.java8API.enabled", "false") == "true"
-    if java8:
-        return spark.conf.get("spark.sql.session.timeZone") or "UTC"
-    try:
-        return spark.sparkContext._jvm.java.util.TimeZone.getDefault().getID()  # type: ignore[union-attr]
-    except Exception:  # no JVM handle (Spark Connect): the engine's sessions are UTC
-        return "UTC"
+    """The zone Spark renders a pushed-down timestamp literal in: the session's, since the
+    engine requires the Java 8 time API (engine/spark_session.py REQUIRED_CONF); without it
+    Spark would use the driver JVM's default zone, which no public API reads."""
+    return spark.conf.get("spark.sql.session.timeZone") or "UTC"
 
 
 # -- SQL of a window -------------------------------------------------------------------
@@ -687,7 +685,9 @@ def failures_explained(table: str, spec: SourceSpec) -> Iterator[None]:
         return
     try:
         yield
-    except (Py4JJavaError, PySparkException) as exc:
+    except Exception as exc:
+        if not is_spark_failure(exc):
+            raise
         password = None
         if isinstance(spec.connection, ConnectionSpec) and spec.connection.password:
             password = spec.connection.password.get_secret_value()
@@ -704,8 +704,9 @@ def _java_throwables(exc: BaseException) -> Iterator[object]:
     while python is not None and id(python) not in seen:
         seen.add(id(python))
         throwable = getattr(python, "java_exception", None) or getattr(python, "_origin", None)
-        if isinstance(throwable, Py4JJavaError):
-            throwable = throwable.java_exception
+        # On a classic session, py4j's error holds the Java exception (Connect has none).
+        if type(throwable).__name__ == "Py4JJavaError":
+            throwable = throwable.java_exception  # type: ignore[union-attr]
         depth = 0
         while throwable is not None and depth < 20:
             yield throwable

@@ -7,7 +7,8 @@ import os
 from collections.abc import Mapping
 
 from incremental_assets.engine.spark import connectors
-from incremental_assets.engine.spark_session import spark_conf
+from incremental_assets.engine.spark.remote import REMOTE_ENV
+from incremental_assets.engine.spark_session import REQUIRED_CONF, spark_conf
 from incremental_assets.specs import ProjectSpec
 
 MASTER_ENV = "INCREMENTAL_ASSETS_SPARK_MASTER"
@@ -30,7 +31,13 @@ def project_conf(
     """The Spark settings of every session of ``project``: its ``spark.conf``, its master
     (``INCREMENTAL_ASSETS_SPARK_MASTER`` first, then ``spark.master``, else ``local[*]``),
     ``overrides``, the object-store connectors its paths need (with the s3a settings from
-    ``warehouse.storage_options``; the project's own settings win), then the engine's."""
+    ``warehouse.storage_options``; the project's own settings win), then the engine's.
+    With a Spark Connect server (``INCREMENTAL_ASSETS_SPARK_REMOTE`` first, then
+    ``spark.remote``): ``spark.remote``, the project's settings and the engine's only."""
+    remote = os.environ.get(REMOTE_ENV) or project.spark.remote
+    if remote:
+        # Jars, connectors, the master and object-store settings are the server's.
+        return {**project.spark.conf, **(overrides or {}), "spark.remote": remote, **REQUIRED_CONF}
     conf = dict(project.spark.conf)
     master = os.environ.get(MASTER_ENV) or project.spark.master
     if master:

@@ -1,0 +1,160 @@
+"""A session on a Spark Connect server (``spark.remote: sc://host:port`` in the tables
+file, or ``INCREMENTAL_ASSETS_SPARK_REMOTE``) instead of a JVM in this process.
+
+The client has no JVM: Delta Lake's jars, the object-store connectors, their credentials
+and the master are the server's business (``./dev spark-server`` starts one with the
+project's). Only runtime SQL settings are set on the session, and the ones the engine
+needs are set and read back (engine/spark_session.py ``ensure_required_conf``).
+
+A server that cannot be reached, or that goes away during a run, is one error naming the
+setting (:class:`~incremental_assets.engine.errors.SparkRemoteError`). The client's retries
+are bounded, so a run fails within seconds instead of Connect's default ten minutes; the
+run's Delta commit is atomic on the server, so nothing of it is half-committed.
+"""
+
+from __future__ import annotations
+
+import socket
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+from incremental_assets.engine.errors import SparkRemoteError
+
+REMOTE_ENV = "INCREMENTAL_ASSETS_SPARK_REMOTE"
+REMOTE_KEY = "spark.remote"
+SETTING = f"{REMOTE_KEY} (tables file) / {REMOTE_ENV}"
+DEFAULT_PORT = 15002  # Spark Connect's own default
+
+# Connect's default policy retries an unreachable server for ten minutes: here a few
+# seconds (about 8), enough for a short network blip, not for a server that is gone.
+_RETRIES = {"max_retries": 5, "max_backoff": 4000}
+
+# The server of each session this module made (a session does not say it publicly).
+_URLS: weakref.WeakKeyDictionary[SparkSession, str] = weakref.WeakKeyDictionary()
+
+# gRPC codes (by name) and texts that mean the server is not there (any more), or is
+# another server than the one the session was made on (a restarted one).
+_GONE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+_GONE_TEXT = (
+    "failed to connect",
+    "connection refused",
+    "socket closed",
+    "connection reset",
+    "session_changed",
+    "retries_exceeded",
+    "ipv4:",  # gRPC's "failed to connect to all addresses; last error: ... ipv4:..."
+)
+
+
+def shown(url: str) -> str:
+    """``sc://host:port`` of a remote URL, without its parameters (a token may be one)."""
+    parsed = urlparse(url)
+    return f"{parsed.scheme}://{parsed.netloc}"
+
+
+def address(url: str) -> tuple[str, int]:
+    parsed = urlparse(url)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise SparkRemoteError(
+            shown(url), SETTING, "is not a Spark Connect URL", "write it as sc://HOST:PORT"
+        )
+    return parsed.hostname, parsed.port or DEFAULT_PORT
+
+
+def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
+    """A new Connect session on the server at ``url``, with ``conf``'s runtime settings
+    (static ones, such as jars and the master, are the server's and are left out).
+
+    Raises:
+        SparkRemoteError: the server cannot be reached; nothing was run.
+    """
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    host, port = address(url)
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise unreachable(url, exc) from None
+    # A new session, never a cached one: a server restarted since would not know it. As
+    # PySpark does, this marks the process as a Connect client (its functions build Connect
+    # columns from then on): a process holds Connect sessions or a local one, not both.
+    session = SparkSession.builder.remote(url).create()
+    session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
+    _URLS[session] = url
+    try:
+        for key, value in conf.items():
+            if key != REMOTE_KEY and session.conf.isModifiable(key):
+                session.conf.set(key, value)
+    except Exception as exc:
+        if server_gone(exc):
+            raise unreachable(url, exc) from None
+        raise
+    return session
+
+
+def unreachable(url: str, exc: BaseException) -> SparkRemoteError:
+    return SparkRemoteError(
+        shown(url),
+        SETTING,
+        f"cannot be reached ({_first_line(exc)}); nothing was run",
+        f"start the server (./dev spark-server prints its URL) or correct {SETTING}",
+    )
+
+
+def server_gone(exc: BaseException) -> bool:
+    """``exc`` (or one of its causes) says the Connect server is not there any more."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        code = getattr(current, "getGrpcStatusCode", None)
+        if code is not None and getattr(code(), "name", "") in _GONE_CODES:
+            return True
+        condition = getattr(current, "getCondition", lambda: None)() or ""
+        if condition.startswith(("RETRIES_EXCEEDED", "INVALID_HANDLE.SESSION_CHANGED")):
+            return True
+        text = str(current).lower()
+        if type(current).__module__.startswith(("grpc", "pyspark.errors")) and any(
+            t in text for t in _GONE_TEXT
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def lost(url: str | None, exc: BaseException) -> SparkRemoteError | None:
+    """The error to raise for ``exc`` when it says the Connect server at ``url`` went away
+    during a run (None otherwise, and for a local session: ``url`` None)."""
+    if not url or not server_gone(exc):
+        return None
+    return SparkRemoteError(
+        shown(url),
+        SETTING,
+        "went away during the run; nothing of the run was committed (a Delta commit is "
+        "all or nothing)",
+        "restart the server and run again: the next run loads exactly what this one did not",
+    )
+
+
+@contextmanager
+def naming_lost_server(spark: SparkSession) -> Iterator[None]:
+    """Around a run on ``spark``: its Connect server going away becomes one
+    :class:`SparkRemoteError` naming the setting; other failures pass unchanged."""
+    try:
+        yield
+    except SparkRemoteError:
+        raise
+    except Exception as exc:
+        gone = lost(_URLS.get(spark), exc)
+        if gone is None:
+            raise
+        raise gone from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
