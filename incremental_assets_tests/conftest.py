@@ -16,8 +16,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.spark import remote
 from incremental_assets.engine.spark.connect_server import ConnectServer
-from incremental_assets.engine.spark_session import local_session
+from incremental_assets.engine.spark_session import local_session, start_session
 from incremental_assets_tests.builders import DeltaSourceTable, hive_catalog_conf
 from incremental_assets_tests.object_stores import S3Server
 from incremental_assets_tests.postgres import free_port, skip_or_fail_on_ci
@@ -38,8 +39,33 @@ def s3_endpoint() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
+# Set (to anything but "" or "0"), the tests run through the shared Spark Connect server:
+# ``spark`` is a Connect client session and the project's Dagster resources reach the same
+# server (INCREMENTAL_ASSETS_SPARK_REMOTE). ./dev test sets it for the subset it runs that
+# way (incremental_assets_tests/connect_suite.txt).
+REMOTE_ENV = "INCREMENTAL_ASSETS_TEST_REMOTE"
+THROUGH_CONNECT = os.environ.get(REMOTE_ENV, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if not THROUGH_CONNECT and item.get_closest_marker("connect_only") is not None:
+            item.add_marker(
+                pytest.mark.skip(reason=f"runs only through Spark Connect ({REMOTE_ENV}=1)")
+            )
+    if not THROUGH_CONNECT:
+        return
+    for item in items:
+        marker = item.get_closest_marker("classic_only")
+        if marker is not None:
+            why = marker.args[0] if marker.args else "needs a local (classic) Spark session"
+            item.add_marker(pytest.mark.skip(reason=f"through Spark Connect: {why}"))
+
+
 @pytest.fixture(scope="session")
-def spark(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+def spark(
+    s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[SparkSession]:
     conf = {
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": "2g",
@@ -57,9 +83,14 @@ def spark(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     # Credentials reach S3A through the environment the JVM starts with, never the settings.
     for name, value in S3_CREDENTIALS.items():
         os.environ.setdefault(name, value)
-    started = time.monotonic()
-    session = local_session("incremental-assets-tests", **conf)
-    STARTED["local Spark session"] = time.monotonic() - started
+    if THROUGH_CONNECT:
+        server: ConnectServer = request.getfixturevalue("connect_server")
+        os.environ[remote.REMOTE_ENV] = server.url
+        session = start_session({"spark.remote": server.url, **conf})
+    else:
+        started = time.monotonic()
+        session = local_session("incremental-assets-tests", **conf)
+        STARTED["local Spark session"] = time.monotonic() - started
     yield session
     session.stop()
 

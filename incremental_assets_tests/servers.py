@@ -192,6 +192,9 @@ class StandaloneCluster:
         raise RuntimeError(f"{count} workers did not register in {timeout}s; see {self.root}")
 
 
+POSTGRES_JAR = "/usr/share/java/postgresql.jar"
+
+
 def connect_conf(endpoint: str) -> dict[str, str]:
     """The tests' Connect server: a local master of 2 threads, small heap, the engine's
     settings (Delta Lake, UTC) and s3a on the moto server at ``endpoint``."""
@@ -203,6 +206,8 @@ def connect_conf(endpoint: str) -> dict[str, str]:
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.driver.extraJavaOptions": QUICK_JIT,
             **s3_spark_conf(endpoint),
+            # JDBC sources through Connect: the driver is the server's (as jars are).
+            **({"spark.jars": POSTGRES_JAR} if os.path.exists(POSTGRES_JAR) else {}),
         }
     )
 

@@ -220,6 +220,7 @@ def test_a_bare_user_reads_the_column_when_there_is_one_else_it_is_refused(spark
     assert refusal is not None and refusal.startswith("user() reads the session")
 
 
+@pytest.mark.classic_only("reads a Java system property of the local JVM")
 def test_the_engine_refuses_an_unvalidated_java_rule_before_it_runs(spark, orders_source, target):
     orders_source.upsert([(1, "placed", 10.0, at(1, 1))])
     spec = make_spec(orders_source.path)
