@@ -22,12 +22,12 @@ Example:
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -187,20 +187,26 @@ def _silver_step(
         f"AND s.{FILE_ROW} > t.{FILE_ROW})))"
     )
     predicate = " AND ".join(f"t.{k} = s.{k}" for k in SILVER_KEYS)
-    merger = (
-        SparkDeltaTable.forPath(spark, silver.spark_path)
-        .alias("t")
-        .merge(lines.alias("s"), predicate)
-        .whenMatchedUpdateAll(condition=newer)
-        .whenNotMatchedInsertAll()
-    )
+    clauses = [f"WHEN MATCHED AND ({newer}) THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *"]
     if rewritten:
         # Lines of an older version of a rewritten file that its newest version no
         # longer has: in the same commit as the upserts and the covered version.
-        merger = merger.whenNotMatchedBySourceDelete(condition=older_versions("t", rewritten))
-    merger = merger.withSchemaEvolution()  # bronze's new columns (landing_schema) reach silver
-    with delta_commits.idempotent(spark, **commit):
-        metrics = merger.execute().collect()
+        clauses.append(
+            f"WHEN NOT MATCHED BY SOURCE AND ({older_versions('t', rewritten)}) THEN DELETE"
+        )
+    # Delta's SQL, as the engine's merges: it runs through Spark Connect too. Schema
+    # evolution: bronze's new columns (landing_schema) reach silver.
+    view = f"ia_invoice_lines_{uuid.uuid4().hex}"
+    lines.createOrReplaceTempView(view)
+    statement = (
+        f"MERGE WITH SCHEMA EVOLUTION INTO delta.{quote(silver.spark_path)} AS t "
+        f"USING {view} AS s ON {predicate} " + " ".join(clauses)
+    )
+    try:
+        with delta_commits.idempotent(spark, **commit):
+            metrics = spark.sql(statement).collect()
+    finally:
+        spark.catalog.dropTempView(view)
     if not metrics:
         # Delta skipped the MERGE: another run already committed this covered version.
         return StepResult(since, bronze_version, rows, 0, None)

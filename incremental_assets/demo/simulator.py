@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -36,9 +37,10 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
+
+from incremental_assets.engine.transforms import quote
 
 UTC = timezone.utc
 EVENTS_ZONE = ZoneInfo("Europe/Berlin")
@@ -185,14 +187,13 @@ class DeltaOrders:
     def write_orders(self, inserts: list[dict], updates: list[dict]) -> None:
         spark = self.spark()
         rows = spark.createDataFrame(inserts, from_arrow_schema(ORDERS_SCHEMA))
-        if not SparkDeltaTable.isDeltaTable(spark, self.path):
-            (
-                SparkDeltaTable.createIfNotExists(spark)
-                .location(self.path)
-                .addColumns(rows.schema)
-                .property("delta.enableChangeDataFeed", "true")
-                .execute()
-            )
+        # Delta's SQL, not the DeltaTable API: it runs through Spark Connect too.
+        table = f"delta.{quote(self.path)}"
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING DELTA "
+            "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+        )
         rows.write.format("delta").mode("append").save(self.path)
         if updates:
             columns = ("order_id", "status", "updated_at")
@@ -200,13 +201,16 @@ class DeltaOrders:
             changes = spark.createDataFrame(
                 [{c: r[c] for c in columns} for r in updates], from_arrow_schema(schema)
             )
-            (
-                SparkDeltaTable.forPath(spark, self.path)
-                .alias("t")
-                .merge(changes.alias("s"), "t.order_id = s.order_id")
-                .whenMatchedUpdate(set={"status": "s.status", "updated_at": "s.updated_at"})
-                .execute()
-            )
+            view = f"demo_order_updates_{uuid.uuid4().hex}"
+            changes.createOrReplaceTempView(view)
+            try:
+                spark.sql(
+                    f"MERGE INTO {table} AS t USING {view} AS s ON t.order_id = s.order_id "
+                    "WHEN MATCHED THEN UPDATE SET t.status = s.status, "
+                    "t.updated_at = s.updated_at"
+                )
+            finally:
+                spark.catalog.dropTempView(view)
 
 
 @dataclass
