@@ -418,6 +418,11 @@ def test_timestamptz_and_zone_less_columns_load_the_same_rows_in_any_session_zon
         expected = sorted(r for r in rows if at(1) <= r[3] < end)
         assert target_rows(targets["aware"]) == expected, f"day {day}"
         assert target_rows(targets["local"]) == expected, f"day {day}"
+    # The pin is the session's zone (pushed-down literals are rendered in it, with the Java 8
+    # time API the engine requires), read through public settings, never the JVM's zone.
+    assert spark.conf.get("spark.sql.datetime.java8API.enabled") == "true"
+    options = jdbc.reader_options(spark, shop.connection(), aware.source, None)
+    assert options["sessionInitStatement"] == "SET TIME ZONE 'UTC'"
 
 
 @pytest.mark.parametrize(
