@@ -25,12 +25,22 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from incremental_assets.demo.run import main as demo_main
+        from incremental_assets.demo.s3_server import S3Unavailable
         from incremental_assets.demo.shop_database import DemoDatabaseUnavailable
+        from incremental_assets.specs import SpecError
 
         try:
-            return demo_main(rounds=args.rounds, postgres=args.postgres)
-        except DemoDatabaseUnavailable as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            if args.storage_option and not args.warehouse:
+                raise CliError("--storage-option goes with --warehouse URI (its options)")
+            return demo_main(
+                rounds=args.rounds,
+                postgres=args.postgres,
+                warehouse=args.warehouse,
+                storage_options=_storage_options(args.storage_option),
+                s3=args.s3,
+            )
+        except (DemoDatabaseUnavailable, S3Unavailable, SpecError, CliError) as exc:
+            print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
             return 2
     from incremental_assets.engine.errors import IncrementalLoadError, SparkRemoteError
     from incremental_assets.specs import SpecError
@@ -56,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _storage_options(pairs: list[str]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--storage-option {pair!r}: write KEY=VALUE, e.g. region=eu-west-1")
+        options[key.strip()] = value
+    return options
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="incremental-assets")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -68,6 +88,29 @@ def _parser() -> argparse.ArgumentParser:
         "server (needs PostgreSQL and libpostgresql-jdbc-java installed), or uses the one "
         "INCREMENTAL_ASSETS_DEMO_PG_URL=postgresql://user@host:port/db names (password in "
         "DEMO_SHOP_PASSWORD)",
+    )
+    where = demo.add_mutually_exclusive_group()
+    where.add_argument(
+        "--s3",
+        action="store_true",
+        help="put the warehouse (every target, its side tables, staging and checkpoints) in "
+        "a bucket of a throwaway local S3 server (moto's, from the dev extra); the sources "
+        "stay in data/source",
+    )
+    where.add_argument(
+        "--warehouse",
+        metavar="URI",
+        help="put the warehouse under URI instead of tables.yaml's warehouse.root: a folder, "
+        "s3://BUCKET/PREFIX or abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX; "
+        "credentials from the standard environment variables (AWS_ACCESS_KEY_ID, ...)",
+    )
+    demo.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="with --warehouse, one of its storage options (as warehouse.storage_options in "
+        "tables.yaml, e.g. region=eu-west-1 or endpoint=http://127.0.0.1:9000); repeatable",
     )
     tables = {
         "metavar": "FILE",

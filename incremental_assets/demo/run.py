@@ -8,6 +8,11 @@ and the project's Dagster instance (its folders in the project root, the demo's
 With ``--postgres`` the orders table lives in PostgreSQL (a throwaway server the demo
 starts, or the one ``INCREMENTAL_ASSETS_DEMO_PG_URL`` names; see :mod:`shop_database`)
 and is loaded over JDBC, with the tables of ``demo/tables_postgres.yaml``.
+
+With ``--s3`` every target (side tables, staging and checkpoints with it) lives in a bucket
+of a throwaway S3 server (:mod:`s3_server`); with ``--warehouse URI`` under a warehouse of
+your own (``--storage-option KEY=VALUE`` as under ``warehouse.storage_options``,
+credentials from the standard environment). The sources stay in ``data/source``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -30,6 +35,7 @@ from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.definitions import PROJECT_ROOT, tables_path
 from incremental_assets.demo.invoice_assets import layer_names
 from incremental_assets.demo.invoices import comparable_gold, daily_sales
+from incremental_assets.demo.s3_server import local_s3
 from incremental_assets.demo.shop_database import (
     ORDERS_TABLE,
     PASSWORD_ENV,
@@ -43,7 +49,7 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import start_session
-from incremental_assets.specs import ProjectSpec, TableSpec, load_project
+from incremental_assets.specs import ProjectSpec, TableSpec, WarehouseSpec, load_project
 
 POSTGRES_TABLES = Path(__file__).with_name("tables_postgres.yaml")
 COLUMNS = (
@@ -59,24 +65,39 @@ COLUMNS = (
 )
 
 
-def main(rounds: int = 4, root: Path = PROJECT_ROOT, postgres: bool = False) -> int:
+def main(
+    rounds: int = 4,
+    root: Path = PROJECT_ROOT,
+    postgres: bool = False,
+    warehouse: str | None = None,
+    storage_options: dict[str, str] | None = None,
+    s3: bool = False,
+) -> int:
     """Run the demo in ``root``; 0 when every table ends equal to a full reload.
+
+    ``warehouse`` (a folder or an ``s3://``/``abfss://`` URI, with its ``storage_options``)
+    replaces the tables file's warehouse root for every target; ``s3`` puts it on a
+    throwaway local S3 server instead.
 
     Raises:
         DemoDatabaseUnavailable: with ``postgres``, when no PostgreSQL server can be started
             or reached (the message says what to install or set).
+        S3Unavailable: with ``s3``, when moto's server is not installed or does not start.
     """
     # The demo's instance is the project's: dagster.yaml in root, its folders beside it.
     os.chdir(root)
     os.environ["DAGSTER_HOME"] = str(root)
     data = root / "data"
-    if not postgres:
-        project = load_project(tables_path())
-        _reset(root, data)
-        return _run(project, SourceSimulator(data / "source"), rounds)
+    place = partial(_on_warehouse, warehouse=warehouse, options=storage_options, s3=s3)
+    with ExitStack() as stack:
+        if not postgres:
+            project = load_project(tables_path())
+            _reset(root, data)
+            project = place(stack, project, data)
+            return _run(project, SourceSimulator(data / "source"), rounds)
 
-    jar = jdbc_jar()  # before anything is reset or started
-    with shop_database() as database:
+        jar = jdbc_jar()  # before anything is reset or started
+        database = stack.enter_context(shop_database())
         _reset(root, data)
         database.create_orders_table()
         tables = _render_postgres_tables(data, database, jar)
@@ -85,8 +106,32 @@ def main(rounds: int = 4, root: Path = PROJECT_ROOT, postgres: bool = False) -> 
             f"loaded over JDBC; events and customers are files. Tables: {tables}"
         )
         simulator = SourceSimulator(data / "source", orders=database)
+        project = place(stack, load_project(tables), data)
         with _environment(PASSWORD_ENV, database.password):
-            return _run(load_project(tables), simulator, rounds, database)
+            return _run(project, simulator, rounds, database)
+
+
+def _on_warehouse(
+    stack: ExitStack,
+    project: ProjectSpec,
+    data: Path,
+    warehouse: str | None,
+    options: dict[str, str] | None,
+    s3: bool,
+) -> ProjectSpec:
+    """The project with its targets under ``warehouse`` (or a throwaway S3 server's bucket,
+    started on ``stack``); unchanged when neither is asked for."""
+    if s3:
+        warehouse, options = stack.enter_context(local_s3(data))
+        print(f"Warehouse on a throwaway S3 server (moto at {options['endpoint']}): {warehouse}")
+    elif warehouse is None:
+        return project
+    elif "://" not in warehouse:
+        warehouse = str(Path(warehouse).resolve())
+    spec = WarehouseSpec(root=warehouse, storage_options=options or {})
+    if not s3:
+        print(f"Warehouse: {warehouse} (the sources stay in {data / 'source'})")
+    return project.model_copy(update={"warehouse": spec})
 
 
 # What a Dagster instance keeps under DAGSTER_HOME when dagster.yaml names no folder.
