@@ -8,7 +8,7 @@ import dagster as dg
 from incremental_assets.dagster_layer.assets import table_asset
 from incremental_assets.dagster_layer.connections import DatabaseConnections
 from incremental_assets.dagster_layer.landing import landing_sensor
-from incremental_assets.dagster_layer.late import checks_late_rows, late_rows_check
+from incremental_assets.dagster_layer.late import late_rows_checks
 from incremental_assets.dagster_layer.maintenance import (
     JOB_NAME,
     maintenance_job,
@@ -52,7 +52,9 @@ def build_definitions(
         maintenance = maintenance_job(project, maintenance_job_name)
         jobs.append(maintenance)
         schedules.append(maintenance_schedule(maintenance))
-    late = [late_rows_check(project, spec) for spec in project.tables if checks_late_rows(spec)]
+    # The late-rows checks due at a tick run together: one run, one Spark start. Named
+    # after the maintenance job, which is unique per component (late_rows_checks[_<folder>]).
+    late = late_rows_checks(project, maintenance_job_name.replace(JOB_NAME, "late_rows_checks"))
     resources = {
         "spark": spark_resource(project),
         "warehouse": DeltaWarehouse(options=dict(project.warehouse.storage_options)),
@@ -63,7 +65,7 @@ def build_definitions(
     refuse_literal_secrets(resources)
     return dg.Definitions(
         assets=assets,
-        asset_checks=late,
+        asset_checks=[late] if late else [],
         jobs=jobs,
         schedules=schedules,
         sensors=sensors,

@@ -16,8 +16,11 @@ notices late rows before a person has to.
   ``incremental-assets reconcile`` over a longer range.
 """
 
+from collections.abc import Iterator
+
 import dagster as dg
 from dagster_pyspark import PySparkResource
+from pyspark.sql import SparkSession
 
 from incremental_assets.dagster_layer.connections import DatabaseConnections
 from incremental_assets.dagster_layer.partitions import partitions_for
@@ -43,91 +46,138 @@ def checks_late_rows(spec: TableSpec) -> bool:
     return spec.source.format in LEDGER_FORMATS or spec.history is None
 
 
-def late_rows_check(project: ProjectSpec, spec: TableSpec) -> dg.AssetChecksDefinition:
-    partitions = partitions_for(spec)
-    ledger = spec.source.format in LEDGER_FORMATS
-    how = (
-        "a read of the files no load has read (the folder's listing, or the Delta log's "
-        "new versions)"
-        if ledger
-        else f"a count of the last {RECENT_PARTITIONS} partitions' rows in source and target"
-    )
+def late_rows_checks(project: ProjectSpec, name: str) -> dg.AssetChecksDefinition | None:
+    """One definition for the ``no_late_rows_waiting`` checks of every table that has one
+    (None when none has): the checks due at a tick run as one step of one run, sharing
+    one Spark session, instead of a run and a Spark start per table. A table whose check
+    cannot run fails its own check, saying why; the others are still evaluated."""
+    tables = [spec for spec in project.tables if checks_late_rows(spec)]
+    if not tables:
+        return None
+    by_key = {dg.AssetCheckKey(dg.AssetKey(spec.name), LATE_ROWS): spec for spec in tables}
 
-    @dg.asset_check(
-        asset=spec.name,
-        name=LATE_ROWS,
-        description="No rows at or below the cursor wait in the source unseen by the "
-        f"target (late rows). Costs a Spark start and {how}; evaluated at '{CHECK_CRON}' "
-        "(UTC) while the automation sensor runs.",
-        automation_condition=dg.AutomationCondition.cron_tick_passed(
-            CHECK_CRON, cron_timezone="UTC"
-        ),
+    @dg.multi_asset_check(
+        name=name,
+        specs=[_check_spec(spec) for spec in tables],
+        can_subset=True,
+        description="The no_late_rows_waiting checks of the project's tables: the ones due "
+        "run together, one Spark session for all.",
     )
     def _late_rows(
         context: dg.AssetCheckExecutionContext,
         spark: PySparkResource,
         warehouse: DeltaWarehouse,
         databases: DatabaseConnections,
-    ) -> dg.AssetCheckResult:
+    ) -> Iterator[dg.AssetCheckResult]:
         session = spark_session(spark)
-        run_spec = databases.bind(spec)
-        target = warehouse.target(project, spec)
-        found = None
-        if ledger:
-            found = late_files.pending(session, run_spec, target, warehouse.storage_options())
-            if found is not None and (found.rows or _exact(found.ledger)):
-                return _unread_files(spec, found, partitions)
-            if found is None and spec.source.format != "delta":
-                return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
-        unchecked = _unchecked(found.ledger) if found is not None else ""
-        if spec.history is not None:
-            return dg.AssetCheckResult(
-                passed=found is None,
-                severity=dg.AssetCheckSeverity.WARN,
-                description=unchecked
-                or "nothing to compare yet: the next load starts the source's ledger",
+        for key in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
+            spec = by_key[key]
+            try:
+                result = _evaluate(session, project, spec, warehouse, databases)
+            except Exception as exc:  # one table's failure must not hide the others'
+                context.log.exception(f"{spec.name}: the late-rows check could not run")
+                result = dg.AssetCheckResult(
+                    passed=False,
+                    severity=dg.AssetCheckSeverity.ERROR,
+                    description=f"the check could not run: {type(exc).__name__}: {exc}",
+                )
+            yield dg.AssetCheckResult(
+                asset_key=key.asset_key,
+                check_name=LATE_ROWS,
+                passed=result.passed,
+                severity=result.severity,
+                description=result.description,
+                metadata=result.metadata,
             )
-        recent = recent_partitions(run_spec, target, RECENT_PARTITIONS)
-        if recent is None:
-            return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
-        # Rows gone from the source are reconcile's to report (they need every source
-        # key); this check looks for rows missing from the target only.
-        report = reconcile(
-            session,
-            run_spec,
-            target,
-            *recent,
-            source_storage=warehouse.storage_options(),
-            count_gone=False,
-        )
-        missing = [p for p in report.partitions if p.difference > 0]
-        compared = f"{report.partitions[0].partition}...{report.partitions[-1].partition}"
-        if not missing:
-            return dg.AssetCheckResult(
-                passed=True,
-                description=f"no rows missing in partitions {compared} (cursor "
-                f"{report.cursor}){'; ' + unchecked if unchecked else ''}",
-                metadata={"rows_late_missing": 0, "partitions_compared": compared},
-            )
-        rows = sum(p.difference for p in missing)
-        named = ", ".join(p.partition for p in missing)
-        return dg.AssetCheckResult(
-            passed=False,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=f"{rows} row(s) the source holds at or below the cursor "
-            f"({report.cursor}) are missing from the target in partition(s) {named}: rows "
-            "that arrived after their window was loaded, beyond the lookback. A backfill "
-            f"repairs them: incremental-assets reconcile {spec.name} --from "
-            f"{missing[0].partition} --to {missing[-1].partition} --backfill"
-            f"{'. ' + unchecked if unchecked else ''}",
-            metadata={
-                "rows_late_missing": rows,
-                "partitions": named,
-                "partitions_compared": compared,
-            },
-        )
 
     return _late_rows
+
+
+def _check_spec(spec: TableSpec) -> dg.AssetCheckSpec:
+    how = (
+        "a read of the files no load has read (the folder's listing, or the Delta log's "
+        "new versions)"
+        if spec.source.format in LEDGER_FORMATS
+        else f"a count of the last {RECENT_PARTITIONS} partitions' rows in source and target"
+    )
+    return dg.AssetCheckSpec(
+        LATE_ROWS,
+        asset=spec.name,
+        description="No rows at or below the cursor wait in the source unseen by the "
+        f"target (late rows). Costs {how}; evaluated at '{CHECK_CRON}' (UTC) while the "
+        "automation sensor runs, with the other tables' checks due then, in one run and "
+        "one Spark session.",
+        automation_condition=dg.AutomationCondition.cron_tick_passed(
+            CHECK_CRON, cron_timezone="UTC"
+        ),
+    )
+
+
+def _evaluate(
+    session: SparkSession,
+    project: ProjectSpec,
+    spec: TableSpec,
+    warehouse: DeltaWarehouse,
+    databases: DatabaseConnections,
+) -> dg.AssetCheckResult:
+    partitions = partitions_for(spec)
+    ledger = spec.source.format in LEDGER_FORMATS
+    run_spec = databases.bind(spec)
+    target = warehouse.target(project, spec)
+    found = None
+    if ledger:
+        found = late_files.pending(session, run_spec, target, warehouse.storage_options())
+        if found is not None and (found.rows or _exact(found.ledger)):
+            return _unread_files(spec, found, partitions)
+        if found is None and spec.source.format != "delta":
+            return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
+    unchecked = _unchecked(found.ledger) if found is not None else ""
+    if spec.history is not None:
+        return dg.AssetCheckResult(
+            passed=found is None,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=unchecked
+            or "nothing to compare yet: the next load starts the source's ledger",
+        )
+    recent = recent_partitions(run_spec, target, RECENT_PARTITIONS)
+    if recent is None:
+        return dg.AssetCheckResult(passed=True, description="nothing loaded yet")
+    # Rows gone from the source are reconcile's to report (they need every source
+    # key); this check looks for rows missing from the target only.
+    report = reconcile(
+        session,
+        run_spec,
+        target,
+        *recent,
+        source_storage=warehouse.storage_options(),
+        count_gone=False,
+    )
+    missing = [p for p in report.partitions if p.difference > 0]
+    compared = f"{report.partitions[0].partition}...{report.partitions[-1].partition}"
+    if not missing:
+        return dg.AssetCheckResult(
+            passed=True,
+            description=f"no rows missing in partitions {compared} (cursor "
+            f"{report.cursor}){'; ' + unchecked if unchecked else ''}",
+            metadata={"rows_late_missing": 0, "partitions_compared": compared},
+        )
+    rows = sum(p.difference for p in missing)
+    named = ", ".join(p.partition for p in missing)
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{rows} row(s) the source holds at or below the cursor "
+        f"({report.cursor}) are missing from the target in partition(s) {named}: rows "
+        "that arrived after their window was loaded, beyond the lookback. A backfill "
+        f"repairs them: incremental-assets reconcile {spec.name} --from "
+        f"{missing[0].partition} --to {missing[-1].partition} --backfill"
+        f"{'. ' + unchecked if unchecked else ''}",
+        metadata={
+            "rows_late_missing": rows,
+            "partitions": named,
+            "partitions_compared": compared,
+        },
+    )
 
 
 def _exact(ledger: late_files.FileLedger) -> bool:

@@ -166,3 +166,60 @@ def test_the_late_rows_checks_command_names_the_late_rows_own_partitions(tmp_pat
             (3, "c", 3),
             (4, "d", 2),
         ]
+
+
+TWO_FEEDS_YAML = (
+    FEED_YAML
+    + """
+  - name: customers
+    source: {format: parquet, path: ./customers}
+    keys: [id]
+    watermark: {column: lsn, kind: id}
+    strategy: {kind: cdc, deletes: hard}
+    partitioning: {granularity: daily, start: 2026-01-01, column: changed_at}
+"""
+)
+
+
+def test_the_checks_due_together_run_in_one_step_and_a_broken_table_fails_only_its_own(
+    tmp_path,
+):
+    """Every table's late-rows check is one multi-check: the checks due at a tick run as
+    one step of one run (one Spark session, not one per table). A table whose check
+    cannot run (its source folder gone) fails its own check saying why; the other table's
+    late rows are still found."""
+    project = Project(tmp_path, TWO_FEEDS_YAML)
+    orders, customers = ParquetFolder(tmp_path / "feed"), ParquetFolder(tmp_path / "customers")
+    with dg.instance_for_test() as instance:
+        orders.drop(feed((1, "a", "I", 1, at(2, 1))))
+        customers.drop(feed((1, "x", "I", 1, at(2, 1))))
+        assets = [project.defs.get_assets_def(n) for n in ("orders", "customers")]
+        dg.materialize(
+            assets, partition_key="2026-01-02", instance=instance, resources=project.defs.resources
+        )
+        orders.drop(feed((2, "b", "I", 0, at(1, 1))))  # late: below the cursor
+        for file in customers.path.iterdir():
+            file.unlink()
+        customers.path.rmdir()
+
+        keys = [dg.AssetCheckKey(dg.AssetKey(n), LATE_ROWS) for n in ("orders", "customers")]
+        job = dg.define_asset_job("late", selection=dg.AssetSelection.checks(*keys))
+        defs = dg.Definitions(
+            assets=project.defs.assets,
+            asset_checks=project.defs.asset_checks,
+            jobs=[job],
+            resources=project.defs.resources,
+        )
+        result = defs.resolve_job_def("late").execute_in_process(instance=instance)
+
+        steps = {e.step_key for e in result.all_events if e.step_key}
+        assert len(steps) == 1, steps
+        evaluations = {
+            e.asset_key.to_user_string(): e for e in result.get_asset_check_evaluations()
+        }
+        assert set(evaluations) == {"orders", "customers"}
+        assert not evaluations["orders"].passed
+        assert "1 row(s) at or below the cursor" in evaluations["orders"].description
+        assert not evaluations["customers"].passed
+        assert evaluations["customers"].description.startswith("the check could not run: ")
+        assert "customers" in evaluations["customers"].description
