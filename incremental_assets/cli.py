@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                 warehouse=args.warehouse,
                 storage_options=_storage_options(args.storage_option),
                 s3=args.s3,
+                **({"root": Path(args.root).resolve()} if args.root else {}),
             )
         except (DemoDatabaseUnavailable, S3Unavailable, SpecError, CliError) as exc:
             print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
@@ -111,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="with --warehouse, one of its storage options (as warehouse.storage_options in "
         "tables.yaml, e.g. region=eu-west-1 or endpoint=http://127.0.0.1:9000); repeatable",
+    )
+    demo.add_argument(
+        "--root",
+        metavar="DIR",
+        help="run the demo in DIR (its tables.yaml and dagster.yaml; the demo's data/ and "
+        "Dagster instance are reset there) instead of the project's folder. On a cluster DIR "
+        "must be on storage every executor reads (the simulated sources are written there)",
     )
     tables = {
         "metavar": "FILE",

@@ -91,7 +91,7 @@ def main(
     place = partial(_on_warehouse, warehouse=warehouse, options=storage_options, s3=s3)
     with ExitStack() as stack:
         if not postgres:
-            project = load_project(tables_path())
+            project = load_project(_tables(root))
             _reset(root, data)
             project = place(stack, project, data)
             return _run(project, SourceSimulator(data / "source"), rounds)
@@ -109,6 +109,12 @@ def main(
         project = place(stack, load_project(tables), data)
         with _environment(PASSWORD_ENV, database.password):
             return _run(project, simulator, rounds, database)
+
+
+def _tables(root: Path) -> Path:
+    """The demo's tables file: INCREMENTAL_ASSETS_TABLES when set, else ``root``'s
+    tables.yaml (the project's own for the default root)."""
+    return tables_path() if os.environ.get("INCREMENTAL_ASSETS_TABLES") else root / "tables.yaml"
 
 
 def _on_warehouse(
