@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -26,8 +28,10 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from incremental_assets.demo.postgres_server import free_port
+from incremental_assets.engine import jars
 from incremental_assets.engine.spark import connect_server, connectors
 from incremental_assets.engine.spark.connect_server import (
     ConnectServer,
@@ -110,32 +114,12 @@ class StandaloneCluster:
             base,
         )
         self.workers: list[Worker] = []
+        self._base = base
         for n in range(1, workers + 1):
             tmp = root / f"worker-{n}" / "tmp"
             tmp.mkdir(parents=True)
             (tmp / Path(WORKER_MARK).name).write_text(f"worker-{n}")
-            # A loopback address of its own, as a machine of its own: Spark reads shuffle
-            # files of another executor on the "same host" straight from its disk.
-            host = f"127.0.0.{n + 1}"
-            worker = [
-                "org.apache.spark.deploy.worker.Worker",
-                "--host",
-                host,
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--work-dir",
-                "/tmp/work",
-                "--webui-port",
-                "0",
-                self.url,
-            ]
-            # A mount namespace of its own (private propagation, unshare's default): /tmp
-            # is this worker's folder, for it and the executors it starts.
-            prefix = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"', str(tmp)]
-            env = {**base, "SPARK_LOCAL_IP": host}
-            self.workers.append(Worker(self._spawn(f"worker-{n}", worker, env, prefix), tmp))
+            self.workers.append(Worker(self._start_worker(n, tmp), tmp))
         try:
             self._wait_for_workers(workers)
         except Exception:
@@ -143,13 +127,72 @@ class StandaloneCluster:
             raise
         self.started_in = time.monotonic() - started
 
+    def _start_worker(self, n: int, tmp: Path) -> subprocess.Popen:
+        # A loopback address of its own, as a machine of its own: Spark reads shuffle
+        # files of another executor on the "same host" straight from its disk.
+        host = f"127.0.0.{n + 1}"
+        worker = [
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            host,
+            "--cores",
+            "1",
+            "--memory",
+            "1g",
+            "--work-dir",
+            "/tmp/work",
+            "--webui-port",
+            "0",
+            self.url,
+        ]
+        # A mount namespace of its own (private propagation, unshare's default): /tmp is
+        # this worker's folder, for it and the executors it starts.
+        prefix = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /tmp && exec "$@"', str(tmp)]
+        env = {**self._base, "SPARK_LOCAL_IP": host}
+        return self._spawn(f"worker-{n}", worker, env, prefix)
+
+    def kill_worker(self, n: int) -> list[int]:
+        """SIGKILL worker ``n`` (from 1) and the executor JVMs it started, as when its
+        machine is lost; returns the executors' process ids."""
+        worker = self.workers[n - 1].process
+        executors = children(worker.pid)
+        for pid in executors:
+            os.kill(pid, signal.SIGKILL)
+        worker.kill()
+        worker.wait()
+        return executors
+
+    def restart_worker(self, n: int, timeout: float = 120) -> None:
+        """Start worker ``n`` again (after :meth:`kill_worker`), in a mount namespace of its
+        own with the same private /tmp, and wait until the master counts every worker."""
+        old = self.workers[n - 1]
+        if old.process.poll() is None:
+            raise RuntimeError(f"worker-{n} is still running")
+        host = f"127.0.0.{n + 1}"
+        before = {w["id"] for w in self.master_state()["workers"]}
+        self.processes.remove(old.process)
+        self.workers[n - 1] = Worker(self._start_worker(n, old.tmp), old.tmp)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.workers[n - 1].process.poll() is not None:
+                raise RuntimeError(f"worker-{n} exited on restart; see {self.root}")
+            workers = self.master_state()["workers"]
+            if any(w["id"] not in before and w["host"] == host and w["state"] == "ALIVE"
+                   for w in workers):  # fmt: skip
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"worker-{n} did not register again in {timeout}s; see {self.root}")
+
     @property
     def url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
     def alive_workers(self) -> int:
+        return int(self.master_state().get("aliveworkers", 0))
+
+    def master_state(self) -> dict:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
-            return int(json.load(r).get("aliveworkers", 0))
+            return json.load(r)
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -169,7 +212,7 @@ class StandaloneCluster:
     def _spawn(
         self, name: str, args: list[str], env: dict[str, str], prefix: list[str] | None = None
     ) -> subprocess.Popen:
-        log = (self.root / f"{name}.log").open("wb")
+        log = (self.root / f"{name}.log").open("ab")
         command = [*(prefix or []), str(spark_home() / "bin" / "spark-class"), *args]
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=stop_with_parent
@@ -190,6 +233,66 @@ class StandaloneCluster:
                 pass
             time.sleep(0.5)
         raise RuntimeError(f"{count} workers did not register in {timeout}s; see {self.root}")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a Worker's executor JVMs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # Fields after the command name, which may hold spaces: state, ppid, ...
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def provided_jars_conf() -> dict[str, str]:
+    """Delta Lake's and the S3 connector's jars on the class path of the driver and of
+    every executor, as a cluster image with them installed in ``$SPARK_HOME/jars`` has
+    them: those of the jars the tests' local session resolved into the cache
+    (``engine/jars.py``, a folder every worker reads) that Spark does not ship itself. With
+    ``INCREMENTAL_ASSETS_JARS=provided`` an application then ships no jar (~700 MB to each
+    executor otherwise). Needs the tests' ``spark`` session started first."""
+    packages = ",".join(connectors.CONNECTORS["s3"].packages())
+    listed = jars.plan({"spark.jars.packages": packages}).conf.get("spark.jars", "")
+    if not listed:
+        raise RuntimeError(f"{packages} and Delta Lake are not in {jars.cache_dir()} yet")
+    # A class path comes before Spark's own jars: an older copy of one of them (Delta's
+    # jackson-databind 2.13 under Spark's 2.20) would break Spark itself.
+    spark_has = {_artifact(p.name) for p in (spark_home() / "jars").glob("*.jar")}
+    paths = [urlparse(j).path if "://" in j else j for j in listed.split(",")]
+    # Ivy names a jar <group>_<artifact>-<version>.jar.
+    own = [p for p in paths if _artifact(Path(p).name.split("_", 1)[-1]) not in spark_has]
+    class_path = os.pathsep.join(own)
+    return {"spark.driver.extraClassPath": class_path, "spark.executor.extraClassPath": class_path}
+
+
+def _artifact(jar_name: str) -> str:
+    """``jackson-databind`` of ``jackson-databind-2.20.0.jar``."""
+    return re.sub(r"-\d[^-]*(-\d[^-]*)?\.jar$", "", jar_name)
+
+
+def cluster_app_conf() -> dict[str, str]:
+    """Settings of an application (a driver) on the tests' cluster: small heaps, a driver
+    the executors reach on 127.0.0.1, two shuffle partitions, and tasks held until both
+    executors are up, so each job uses both workers."""
+    return {
+        "spark.driver.memory": "1g",
+        "spark.executor.memory": "768m",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s",
+        "spark.driver.extraJavaOptions": QUICK_JIT,
+        "spark.executor.extraJavaOptions": QUICK_JIT,
+    }
 
 
 POSTGRES_JAR = "/usr/share/java/postgresql.jar"
