@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
@@ -68,10 +69,16 @@ def differences(spark, spec, target, storage) -> list[int]:
 
 def losses(ui_port: str, app: str) -> dict:
     """What the driver saw of the lost worker (its REST API): executors removed, with
-    Spark's reason, and task attempts that failed."""
+    Spark's reason, and task attempts that failed. A worker killed as the run ended may
+    be noticed a moment later: waited for, up to 60 s."""
     api = f"http://127.0.0.1:{ui_port}/api/v1/applications/{app}"
-    with urllib.request.urlopen(f"{api}/allexecutors", timeout=10) as response:
-        removed = [e["removeReason"] for e in json.load(response) if e.get("removeReason")]
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(f"{api}/allexecutors", timeout=10) as response:
+            removed = [e["removeReason"] for e in json.load(response) if e.get("removeReason")]
+        if removed or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     with urllib.request.urlopen(f"{api}/stages", timeout=10) as response:
         failed = sum(s.get("numFailedTasks", 0) for s in json.load(response))
     return {"executors_removed": removed, "failed_tasks": failed}
