@@ -42,7 +42,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
     staging_dir: str | None = Field(
         default=None,
         description="Folder (local path or object-store URI) under which each table's runs "
-        "stage their increments, in `<staging_dir>/<table>`; every executor must reach it "
+        "stage their increments, in `<staging_dir>/<table>__staging`; every executor must reach it "
         "(default: `<target>__staging` beside each target, on the warehouse's own store).",
     )
 

@@ -1,7 +1,7 @@
 """A table's staging root and its runs' folders, on the warehouse's own file system.
 
 Every run of a table stages under the table's staging root (``<target>__staging``, or
-``<staging_dir>/<table>`` when the warehouse resource sets ``staging_dir``), in a folder of
+``<staging_dir>/<table>__staging`` when the warehouse resource sets ``staging_dir``), in a folder of
 its own, written and read by Spark through Hadoop paths, so executors on other machines
 and a warehouse on an object store (``s3a://``, ``abfss://``) see the same files as the
 driver. Nothing is staged on the driver's disk.
@@ -32,9 +32,11 @@ from incremental_assets.specs.locations import staging_location
 def root_of(table: str, target_path: str, staging_dir: str | None = None) -> str:
     """The table's staging root as Spark names it: ``<target>__staging`` beside the target
     (the specs check that no other table reads or writes there, specs/locations.py), or
-    ``<staging_dir>/<table>``."""
+    ``<staging_dir>/<table>__staging``: never ``<staging_dir>/<table>``, which is the
+    table's own target when ``staging_dir`` is the warehouse root (emptying the staging
+    root would then overwrite the target)."""
     if staging_dir:
-        return f"{spark_uri(staging_dir).rstrip('/')}/{table}"
+        return staging_location(f"{spark_uri(staging_dir).rstrip('/')}/{table}")
     return spark_uri(staging_location(target_path))
 
 

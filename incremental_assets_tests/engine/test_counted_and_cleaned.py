@@ -76,8 +76,8 @@ def test_a_failed_run_leaves_no_staging_folder(spark, orders_source, target, tmp
         run_load(spark, spec, target, day_request(1), staging_dir=str(staging))
 
     # The table's staging root under staging_dir, emptied by Spark: one empty file is all.
-    assert [p.name for p in staging.iterdir()] == ["orders"]
-    assert staging_left(staging / "orders") == []
+    assert [p.name for p in staging.iterdir()] == ["orders__staging"]
+    assert staging_left(staging / "orders__staging") == []
     assert not target.exists()
 
 
@@ -85,16 +85,16 @@ def test_a_killed_runs_staging_folder_is_removed_by_the_next_run(
     spark, orders_source, target, tmp_path
 ):
     staging = tmp_path / "staging"
-    orphan = staging / "orders" / "3f2a9c0d41b7" / "increment"  # a SIGKILLed run's folder
+    orphan = staging / "orders__staging" / "3f2a9c0d41b7" / "increment"  # a SIGKILLed run's
     orphan.mkdir(parents=True)
     (orphan / "part-0.parquet").write_bytes(b"left by a SIGKILLed run")
-    other_table = staging / "orders_2" / "5e0c1d2b3a49"
+    other_table = staging / "orders_2__staging" / "5e0c1d2b3a49"
     other_table.mkdir(parents=True)
     orders_source.upsert([(1, "new", 1.0, at(1, 1))])
 
     run_load(spark, make_spec(orders_source.path), target, day_request(1), staging_dir=str(staging))
 
-    assert staging_left(staging / "orders") == []
+    assert staging_left(staging / "orders__staging") == []
     assert other_table.is_dir()  # another table's staging root is not this run's
 
 
