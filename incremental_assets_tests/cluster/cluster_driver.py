@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from incremental_assets.engine.spark_session import spark_conf, start_session
-from incremental_assets_tests.servers import QUICK_JIT, WORKER_MARK, s3_spark_conf
+from incremental_assets_tests.servers import WORKER_MARK, cluster_app_conf, s3_spark_conf
 
 
 def _worker_and_python(_: int) -> tuple[str, str]:
@@ -29,20 +29,10 @@ def main(master: str, endpoint: str, bucket: str) -> dict:
     conf = spark_conf(
         {
             "spark.master": master,
-            "spark.driver.memory": "1g",
-            "spark.executor.memory": "768m",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.databricks.delta.snapshotPartitions": "2",
-            # Tasks start once both executors are up, so each job uses both workers.
-            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-            "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s",
+            **cluster_app_conf(),
             # Each executor downloads the jars once into its work folder, not also into a
             # fetch cache beside it (the AWS SDK alone is 640 MB).
             "spark.files.useFetchCache": "false",
-            "spark.driver.extraJavaOptions": QUICK_JIT,
-            "spark.executor.extraJavaOptions": QUICK_JIT,
             **s3_spark_conf(endpoint),
         }
     )
