@@ -136,10 +136,12 @@ def rows_by_partition(
         return {}
     try:
         rows = spark.read.parquet(path)
+        columns = rows.columns  # Spark Connect analyses the read only here
     except AnalysisException:  # a commit that staged no acting rows apart: all it staged
         rows = spark.read.parquet(staged_path)
+        columns = rows.columns
     column = spec.partition_column
-    if column not in rows.columns:
+    if column not in columns:
         return {}
     kind = rows.schema[column].dataType
     if not isinstance(kind, (DateType, TimestampType, TimestampNTZType)):
