@@ -6,10 +6,12 @@ its own, written and read by Spark through Hadoop paths, so executors on other m
 and a warehouse on an object store (``s3a://``, ``abfss://``) see the same files as the
 driver. Nothing is staged on the driver's disk.
 
-The root is emptied by Spark when a run starts (what a killed run left) and when it ends,
-however it ends: an empty overwrite, so no ``os``/``shutil`` call and no JVM handle is
-needed (Spark Connect has none). The table's pool runs one run at a time; a stray run
-alongside would find its staged files gone and fail before it commits.
+The root is emptied by Spark when a run ends, however it ends: an empty overwrite, so no
+``os``/``shutil`` call and no JVM handle is needed (Spark Connect has none). A run killed
+outright (SIGKILL, a lost driver) cannot empty it; the next run of the table does, as it
+ends (its own folder is new, so what was left is never read). The table's pool runs one
+run at a time; a stray run alongside would find its staged files gone when the other ends
+and fail before it commits.
 
 Example:
     >>> with run_folder(spark, root_of("orders", "/wh/orders")) as folder:  # doctest: +SKIP
@@ -55,9 +57,9 @@ def clear(spark: SparkSession, root: str) -> None:
 
 @contextmanager
 def run_folder(spark: SparkSession, root: str, kind: str = "") -> Iterator[str]:
-    """A new folder ``<root>/[<kind>-]<id>`` for one run: the root is cleared on entry
-    (left-overs of a run that was killed) and on exit, however the block ends."""
-    clear(spark, root)
+    """A new folder ``<root>/[<kind>-]<id>`` for one run. The root is cleared on exit,
+    however the block ends, which also removes what a killed run left: not on entry too,
+    which would cost every run one more Spark job to find, most often, nothing."""
     folder = f"{root}/{kind + '-' if kind else ''}{uuid.uuid4().hex[:12]}"
     try:
         yield folder
@@ -72,20 +74,21 @@ def run_folder(spark: SparkSession, root: str, kind: str = "") -> Iterator[str]:
 
 def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     """Write ``rows`` to ``path`` (Parquet, replacing it) and return what was counted as
-    they were written: ``rows``, and each of ``counters`` by its alias. No second pass over
+    they were written: ``rows``, and each of ``counters`` by its alias (a number, 0 when
+    there was nothing to count, or a text as counted). No second pass over
     the written files: the counts are the write's own."""
     observation = Observation(f"written_{uuid.uuid4().hex}")
     counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"), *counters)
     counted.write.mode("overwrite").parquet(path)
     found = dict(observation.get)
-    return {k: int(v or 0) for k, v in found.items()}
+    return {k: v if isinstance(v, str) else int(v or 0) for k, v in found.items()}
 
 
 @contextmanager
 def vanished_as(folder: str, error: Callable[[str], Exception]) -> Iterator[None]:
     """Turn a failure to read this run's staged files because they are gone into
-    ``error(detail)``: another run of the table started meanwhile and emptied the staging
-    root (a table's pool runs one at a time; this is the stray second run), so nothing of
+    ``error(detail)``: another run of the table ran meanwhile and emptied the staging root
+    as it ended (a table's pool runs one at a time; this is the stray second run), so nothing of
     this run is committed."""
     try:
         yield
@@ -94,5 +97,5 @@ def vanished_as(folder: str, error: Callable[[str], Exception]) -> Iterator[None
         missing = any(m in text for m in ("PATH_NOT_FOUND", "FileNotFound", "does not exist"))
         if not (missing and folder.split("://")[-1] in text):
             raise
-        detail = "another run of this table started meanwhile and emptied its staging folder"
+        detail = "another run of this table ran meanwhile and emptied its staging folder"
         raise error(detail) from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -102,6 +102,9 @@ class CommitResult:
     files_removed: int = 0
     created_table: bool = False
     cursor_only: bool = False
+    # What was counted of the staged rows the merge acted on as they were staged apart:
+    # ``rows``, and each of ``acting_counters`` by its alias (empty: no merge).
+    acted: dict = field(default_factory=dict)
 
 
 class DeltaTarget:
@@ -370,11 +373,14 @@ class DeltaTarget:
         partition_by: list[str],
         add_new_columns: bool,
         staged_rows: int | None = None,
+        acting_counters: Sequence[Column] = (),
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit.
 
         ``staged_rows``: the increment's rows as its write counted them (counted by Spark
-        when not given). Writes nothing when no row is staged and the cursor stays put.
+        when not given). ``acting_counters``: aggregates counted over the rows the merge
+        acts on as they are staged (``CommitResult.acted``). Writes nothing when no row is
+        staged and the cursor stays put.
         """
         record = delta_commits.record(
             {**metadata, "table": self.table_name, "sequence": state.next_sequence}
@@ -420,7 +426,11 @@ class DeltaTarget:
                 created_table=True,
             )
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys) if staged_rows else None
-        acting = self._acting(spark, staged, plan, staged_path, holding) if staged_rows else None
+        acting, acted = (
+            self._acting(spark, staged, plan, staged_path, holding, acting_counters)
+            if staged_rows
+            else (None, {})
+        )
         if acting is not None:
             merge = partial(
                 plan.merge,
@@ -434,7 +444,7 @@ class DeltaTarget:
             )
             self._write(lambda: self._merge(spark, merge, record, transaction))
             found = self._committed(record)
-            return _result(found["operation_metrics"], found["version"])
+            return replace(_result(found["operation_metrics"], found["version"]), acted=acted)
         if cursor_after is not None and cursor_after != cursor_before:
             # Nothing to write, but the cursor moves: record it alone, still atomically.
             self._write(
@@ -453,19 +463,22 @@ class DeltaTarget:
         plan: MergePlan,
         staged_path: str,
         holding: delta_io.KeySet | None,
-    ) -> DataFrame | None:
-        """The staged rows the merge acts on, staged beside the increment (None: none)."""
+        counters: Sequence[Column] = (),
+    ) -> tuple[DataFrame | None, dict]:
+        """The staged rows the merge acts on, staged beside the increment (None: none), and
+        what was counted of them as they were written (``rows``, and ``counters``)."""
         current = self.to_spark(spark, holding=holding)
         acting_path = acting_rows_path(staged_path)
         # Counted as they are written: no second read of the staged rows.
         observation = Observation(f"acting_{uuid.uuid4().hex}")
         acting = plan.acting_rows(staged, current).observe(
-            observation, F.count(F.lit(1)).alias("n")
+            observation, F.count(F.lit(1)).alias("rows"), *counters
         )
         acting.write.mode("overwrite").parquet(acting_path)
-        if not observation.get["n"]:
-            return None
-        return spark.read.parquet(acting_path)
+        acted = dict(observation.get)
+        if not acted["rows"]:
+            return None, {}
+        return spark.read.parquet(acting_path), acted
 
     @staticmethod
     def _merge(spark: SparkSession, merge, record: dict, transaction: dict) -> None:

@@ -14,6 +14,7 @@ from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.load.stage import Extract
 from incremental_assets.engine.quarantine import Quarantine, identity_of
 from incremental_assets.engine.strategies import Strategy, strategy_for
+from incremental_assets.engine.strategies.rows import partition_counters
 from incremental_assets.engine.watermarks import format_value
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
@@ -78,6 +79,7 @@ def commit(
         partition_by=list(spec.target.partition_by),
         add_new_columns=spec.on_schema_change == "append_new_columns",
         staged_rows=extracted.rows_staged,
+        acting_counters=partition_counters(extracted.partition_key),
     )
 
 

@@ -3,13 +3,12 @@ the strategy to a staged increment, and what the run learns from it before commi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
 
 from incremental_assets.engine import quality, transforms
 from incremental_assets.engine.delta_lake.store import (
@@ -23,6 +22,12 @@ from incremental_assets.engine.guards import GuardReport
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies import Strategy, strategy_for
 from incremental_assets.engine.strategies.base import last_load_time
+from incremental_assets.engine.strategies.rows import (
+    FIRST_PARTITION,
+    LAST_PARTITION,
+    NO_PARTITION,
+    partition_key,
+)
 from incremental_assets.engine.watermarks import from_transaction_version
 from incremental_assets.engine.windows import Window
 from incremental_assets.specs import TableSpec
@@ -61,6 +66,10 @@ class Extract:
     rows_late: int = 0
     files_late: int = 0
     rows_quarantined: int | None = None
+    # Each row's partition key (rows.partition_key), and what the increment's write
+    # counted of them (rows.partition_counters).
+    partition_key: Column | None = None
+    partition_keys: dict = field(default_factory=dict)
 
 
 def extract(
@@ -116,39 +125,41 @@ def extract(
         rows_late=rows_late,
         files_late=files_late,
         rows_quarantined=staged.quarantined,
+        partition_key=staged.partition_key,
+        partition_keys={k: v for k, v in staged.written.items() if k.startswith("partition:")},
     )
 
 
 def rows_by_partition(
-    spark: SparkSession, spec: TableSpec, staged_path: str, committed: CommitResult
+    spark: SparkSession, spec: TableSpec, extracted: Extract, committed: CommitResult
 ) -> dict[str, int]:
     """The rows a committed run wrote, counted by partition key (``2026-01-02``, or
     ``2026-01-02-13:00`` for hourly tables) from the partition column: the rows its merge
     acted on (re-read rows that changed nothing are not counted), or all staged rows when
     it created the table. A run of an ``id`` watermark reads every row above its cursor,
     so it may load rows of later partitions (or, reading a late file, of earlier ones);
-    this says which. Counted by Spark from the staged rows (on the warehouse)."""
+    this says which. When all those rows have one key (the usual run: one day), the counts
+    taken as they were staged say it; otherwise Spark counts them (on the warehouse) by
+    key."""
+    staged_path = extracted.staged_path
     if committed.created_table:
-        path = staged_path
+        path, counted = staged_path, {**extracted.partition_keys, "rows": extracted.rows_staged}
     elif committed.committed and not committed.cursor_only:
-        path = acting_rows_path(staged_path)
+        path, counted = acting_rows_path(staged_path), committed.acted
     else:
         return {}
+    first, last = counted.get(FIRST_PARTITION), counted.get(LAST_PARTITION)
+    if isinstance(first, str) and first == last and not counted.get(NO_PARTITION):
+        return {first: int(counted["rows"])}
     try:
         rows = spark.read.parquet(path)
         columns = rows.columns  # Spark Connect analyses the read only here
     except AnalysisException:  # a commit that staged no acting rows apart: all it staged
         rows = spark.read.parquet(staged_path)
         columns = rows.columns
-    column = spec.partition_column
-    if column not in columns:
+    key = partition_key(spec, rows.schema) if spec.partition_column in columns else None
+    if key is None:
         return {}
-    kind = rows.schema[column].dataType
-    if not isinstance(kind, (DateType, TimestampType, TimestampNTZType)):
-        return {}
-    # The partition column holds UTC instants (the session's zone is UTC).
-    pattern = "yyyy-MM-dd" if spec.partitioning.granularity == "daily" else "yyyy-MM-dd-HH:00"
-    key = F.date_format(F.col(transforms.quote(column)).cast("timestamp"), pattern)
     counts = rows.groupBy(key.alias("key")).count().collect()
     return {r["key"]: int(r["count"]) for r in counts if r["key"] is not None}
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, predicates, transforms, validation
@@ -33,6 +33,7 @@ from incremental_assets.engine.strategies.rows import (
     fail_on_bad_rows,
     increment_counters,
     observed,
+    partition_key,
     staged,
     write_counted,
 )
@@ -60,6 +61,8 @@ class Staged:
     written: dict = field(default_factory=dict)
     quarantined: int | None = None
     logged_rows: int = 0
+    # Each row's partition key (rows.partition_key; None: the table has none to count).
+    partition_key: Column | None = None
 
 
 class Strategy:
@@ -207,11 +210,14 @@ class Strategy:
                 spec, incoming.schema, state.schema, target.read_by
             )
         increment = increment.sortWithinPartitions(*key_columns)
-        counters = increment_counters(increment.columns, self.change_kinds)
+        key = partition_key(spec, increment.schema)
+        counters = increment_counters(increment.columns, self.change_kinds, key)
         written = write_counted(increment, f"{stage_root}/increment", *counters)
         counts = observation.get
         fail_on_bad_rows(spec, counts)
-        return Staged(counts, new_columns, written=written, quarantined=quarantined)
+        return Staged(
+            counts, new_columns, written=written, quarantined=quarantined, partition_key=key
+        )
 
     def reduce(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
 
 from incremental_assets.engine import changes, quality, transforms
 from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
@@ -89,10 +90,31 @@ def staged_counted(rows: DataFrame, stage_root: str, name: str) -> tuple[DataFra
     return rows.sparkSession.read.parquet(path), counted["rows"]
 
 
-def increment_counters(columns: list[str], kinds: tuple[str, ...]) -> list[Column]:
+# The first and last partition key among an increment's rows, and its rows without one,
+# as its write counted them (``increment_counters``).
+FIRST_PARTITION, LAST_PARTITION = "partition:first", "partition:last"
+NO_PARTITION = "partition:none"
+
+
+def partition_key(spec: TableSpec, schema: StructType) -> Column | None:
+    """Each row's partition key (``2026-01-02``, or ``2026-01-02-13:00`` for hourly tables)
+    from the partition column, which holds UTC instants (the session's zone is UTC); None
+    when that column is absent or not a date or time."""
+    column = spec.partition_column
+    if column not in schema.names:
+        return None
+    if not isinstance(schema[column].dataType, (DateType, TimestampType, TimestampNTZType)):
+        return None
+    pattern = "yyyy-MM-dd" if spec.partitioning.granularity == "daily" else "yyyy-MM-dd-HH:00"
+    return F.date_format(F.col(transforms.quote(column)).cast("timestamp"), pattern)
+
+
+def increment_counters(
+    columns: list[str], kinds: tuple[str, ...], key: Column | None = None
+) -> list[Column]:
     """What an increment's write counts besides its rows: each kind of change in ``kinds``
-    (``change:<kind>``, snapshot and history tables) and the staged deletes (``deletes``,
-    change sets)."""
+    (``change:<kind>``, snapshot and history tables), the staged deletes (``deletes``,
+    change sets), and with ``key`` its ``partition_counters``."""
     counters = []
     if CHANGE in columns:
         counters += [
@@ -100,7 +122,20 @@ def increment_counters(columns: list[str], kinds: tuple[str, ...]) -> list[Colum
         ]
     if changes.OP in columns:
         counters.append(F.count(F.when(F.col(changes.OP) == "D", 1)).alias("deletes"))
-    return counters
+    return counters + partition_counters(key)
+
+
+def partition_counters(key: Column | None) -> list[Column]:
+    """The first and last partition key (``partition_key``) among rows as they are written,
+    and the rows without one: when all rows share one key, a run's rows by partition need
+    no job of their own (engine/load/stage.py rows_by_partition)."""
+    if key is None:
+        return []
+    return [
+        F.min(key).alias(FIRST_PARTITION),
+        F.max(key).alias(LAST_PARTITION),
+        F.count(F.when(key.isNull(), 1)).alias(NO_PARTITION),
+    ]
 
 
 def fail_on_bad_rows(spec: TableSpec, observed: dict) -> None:

@@ -34,6 +34,7 @@ from incremental_assets.engine.strategies.rows import (
     fail_on_bad_rows,
     increment_counters,
     observed,
+    partition_key,
     staged,
     staged_counted,
     write_counted,
@@ -156,7 +157,8 @@ class Scd2(Strategy):
         increment, _ = history.history_changes(events, logged, stored, columns, stage=stage)
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         ordered = increment.repartitionByRange(*key_columns).sortWithinPartitions(*key_columns)
-        counters = increment_counters(ordered.columns, self.change_kinds)
+        key = partition_key(spec, ordered.schema)
+        counters = increment_counters(ordered.columns, self.change_kinds, key)
         written = write_counted(ordered, f"{stage_root}/increment", *counters)
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)
@@ -166,6 +168,7 @@ class Scd2(Strategy):
             f"{stage_root}/new_changes" if fresh else None,
             written=written,
             logged_rows=fresh,
+            partition_key=key,
         )
 
     # -- commit and result -----------------------------------------------------------------
