@@ -189,3 +189,19 @@ class SparkRemoteError(RuntimeError):
     def __init__(self, url: str, setting: str, problem: str, fix: str):
         self.url, self.setting, self.fix = url, setting, fix
         super().__init__(f"the Spark Connect server {url} ({setting}) {problem}. Fix: {fix}")
+
+
+class StoreAccessError(IncrementalLoadError):
+    """An object store refused the run (engine/store_errors.py): ``kind`` is ``missing``
+    (the bucket or container does not exist), ``refused`` (credentials) or ``unreachable``
+    (its endpoint); ``path`` is the location concerned. Nothing was committed."""
+
+    def __init__(self, table: str, kind: str, path: str, message: str, fix: str):
+        self.kind = kind
+        self.path = path
+        super().__init__(table, message, fix)
+
+
+class SparkMasterError(RuntimeError):
+    """The standalone Spark master the project names cannot be reached
+    (engine/spark/master.py). Nothing was started."""

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import SessionSettingError
+from incremental_assets.engine.spark.master import check_master
 
 # Settings without which results would differ from machine to machine.
 REQUIRED_CONF: dict[str, str] = {
@@ -86,6 +87,7 @@ def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSes
                 raise remote.unreachable(conf["spark.remote"], exc) from None
             raise
         return session
+    check_master(conf)
     plan = jars.plan(conf)
     own = {k: v for k, v in conf.items() if k != "spark.jars.packages"}
     if plan.resolving:

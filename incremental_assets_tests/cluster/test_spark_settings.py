@@ -13,7 +13,11 @@ import pytest
 
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.engine import jars
-from incremental_assets.engine.errors import ConnectorSettingError, SparkRemoteError
+from incremental_assets.engine.errors import (
+    ConnectorSettingError,
+    SparkMasterError,
+    SparkRemoteError,
+)
 from incremental_assets.engine.spark import connectors, remote
 from incremental_assets.engine.spark.settings import project_conf
 from incremental_assets.engine.spark_session import REQUIRED_CONF, start_session
@@ -186,3 +190,21 @@ def test_an_unreachable_connect_server_is_one_error_naming_the_setting():
     )
     assert "nothing was run" in message
     assert "Fix: start the server (./dev spark-server prints its URL)" in message
+
+
+def test_an_unreachable_master_is_one_error_naming_the_setting_in_seconds():
+    import time
+
+    master = f"spark://127.0.0.1:{free_port()},127.0.0.1:{free_port()}"  # with a standby
+    started = time.monotonic()
+
+    with pytest.raises(SparkMasterError) as info:
+        start_session({"spark.master": master, **REQUIRED_CONF})
+
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"the Spark master {master} (spark.master (tables file) / ")
+    assert "INCREMENTAL_ASSETS_SPARK_MASTER) cannot be reached" in message
+    assert "Connection refused" in message and "nothing was started" in message
+    # Spark itself retries for about a minute before it gives up.
+    assert time.monotonic() - started < 15

@@ -21,6 +21,7 @@ from incremental_assets.engine.load.probe import probe
 from incremental_assets.engine.load.result import LoadResult, Phases, result
 from incremental_assets.engine.load.stage import extract, rows_by_partition
 from incremental_assets.engine.spark import remote
+from incremental_assets.engine.store_errors import naming_store_errors
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.engine.unreadable import naming_source_files
 from incremental_assets.engine.windows import LoadRequest
@@ -50,8 +51,14 @@ def run_load(
             nothing is committed.
     """
     staging_root = staging.root_of(spec.name, target.path, staging_dir)
+    stores = {
+        "target": (target.path, "warehouse.root (or the table's target.path)"),
+        "staging folder": (staging_root, "the warehouse resource's staging_dir"),
+        "source": (spec.source.path or "", "the table's source.path"),
+    }
     with (
         remote.naming_lost_server(spark),
+        naming_store_errors(spec.name, stores),
         naming_full_disks(spark, spec.name, target.path, staging_dir or staging_root),
     ):
         return _run_load(spark, spec, target, request, source_storage, staging_root, hook)
