@@ -7,6 +7,7 @@ AWS SDK on the driver's class path instead of copying it for each session."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,32 @@ def test_a_source_on_abfss_adds_hadoop_azure_and_the_setting_adds_s3(tmp_path, m
     monkeypatch.setenv(connectors.CONNECTORS_ENV, "s3")
     packages = project_conf(project)["spark.jars.packages"].split(",")
     assert [p.split(":")[1] for p in packages] == ["hadoop-azure", "hadoop-aws"]
+
+
+def test_azure_blob_settings_come_from_storage_options_and_the_key_from_the_environment(
+    tmp_path, monkeypatch
+):
+    blob = "az://lake@acct.blob.core.windows.net/w"
+    source = "abfss://raw@other.dfs.core.windows.net/orders"
+    monkeypatch.delenv(connectors.AZURE_KEY_ENV, raising=False)
+    keyless = project_conf(_project(tmp_path, blob, source=source))
+    monkeypatch.setenv(connectors.AZURE_KEY_ENV, "c2VjcmV0")
+    keyed = project_conf(_project(tmp_path, blob, source=source))
+    emulated = project_conf(
+        _project(tmp_path, blob, extra=", storage_options: {use_emulator: 'true'}")
+    )
+
+    assert "hadoop-azure" in keyless["spark.jars.packages"]
+    assert not [k for k in keyless if k.startswith("spark.hadoop.fs.azure")]
+    assert {k: v for k, v in keyed.items() if k.startswith("spark.hadoop.fs.azure")} == {
+        "spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net": "c2VjcmV0",
+        "spark.hadoop.fs.azure.account.key.other.dfs.core.windows.net": "c2VjcmV0",
+    }
+    assert re.search(keyed["spark.redaction.regex"], "fs.azure.account.key.acct")
+    assert emulated["spark.hadoop.fs.azure.storage.emulator.account.name"] == (
+        "devstoreaccount1.blob.core.windows.net"
+    )
+    assert "c2VjcmV0" not in emulated.values()
 
 
 def test_an_unknown_connector_name_is_refused_naming_the_setting(tmp_path, monkeypatch):

@@ -151,10 +151,14 @@ def read_files(
 
 def spark_uri(path: str) -> str:
     """A table location as Spark's Hadoop file systems name it: ``s3://`` as ``s3a://``,
-    and a relative local path made absolute (the JVM resolves relative paths against its
-    own working folder, not the Python process's)."""
+    ``az://<container>@<account>.blob.core.windows.net/...`` (a form delta-rs reads, and
+    keeps in the table's URI) as ``wasbs://`` (hadoop-azure's Blob storage driver, which
+    has no ``az`` scheme), and a relative local path made absolute (the JVM resolves
+    relative paths against its own working folder, not the Python process's)."""
     if path.startswith("s3://"):
         return "s3a://" + path.removeprefix("s3://")
+    if path.startswith("az://") and "@" in path.removeprefix("az://").split("/", 1)[0]:
+        return "wasbs://" + path.removeprefix("az://")
     if "://" in path or path.startswith("file:"):
         return path
     return os.path.abspath(path)

@@ -42,6 +42,13 @@ S3A_CREDENTIALS = ",".join(
     )
 )
 
+AZURE_KEY_ENV = "AZURE_STORAGE_ACCOUNT_KEY"
+# Azurite's one account, the emulator's default in delta-rs and Azure's SDKs.
+AZURE_EMULATOR_ACCOUNT = "devstoreaccount1"
+# Spark's default redaction pattern, plus Hadoop's Azure account keys, which it misses:
+# a key given as a setting would otherwise show in the Spark UI and its event logs.
+REDACTION = r"(?i)secret|password|token|access[.]?key|account[.]key"
+
 
 @dataclass(frozen=True)
 class Connector:
@@ -68,7 +75,7 @@ CONNECTORS: dict[str, Connector] = {
         # Ivy names it software.amazon.awssdk_bundle-<v>.jar, Maven bundle-<v>.jar.
         re.compile(r"^(software\.amazon\.awssdk_)?bundle-[0-9][0-9.]*\.jar$"),
     ),
-    "azure": Connector("azure", ("abfs", "abfss", "wasb", "wasbs"), "hadoop-azure"),
+    "azure": Connector("azure", ("abfs", "abfss", "wasb", "wasbs", "az"), "hadoop-azure"),
 }
 
 
@@ -120,10 +127,12 @@ def with_connectors(
     conf: Mapping[str, str],
     connectors: Iterable[Connector],
     storage_options: Mapping[str, str] | None = None,
+    paths: Iterable[str] = (),
 ) -> dict[str, str]:
     """``conf`` with the connectors' packages added to ``spark.jars.packages`` (unless it
-    already names the artifact, at any version) and their settings added where ``conf``
-    has none of its own."""
+    already names the artifact, at any version) and their settings (from the warehouse's
+    ``storage_options`` and the project's ``paths``) added where ``conf`` has none of its
+    own."""
     out = dict(conf)
     listed = [p.strip() for p in out.get("spark.jars.packages", "").split(",") if p.strip()]
     given = {":".join(p.split(":")[:2]) for p in listed}
@@ -134,6 +143,8 @@ def with_connectors(
                 listed.append(package)
         if connector.name == "s3":
             settings.update(s3a_conf(storage_options or {}))
+        if connector.name == "azure":
+            settings.update(azure_conf(storage_options or {}, paths))
     if listed:
         out["spark.jars.packages"] = ",".join(listed)
     return {**settings, **out}
@@ -168,6 +179,36 @@ def s3a_conf(storage_options: Mapping[str, str]) -> dict[str, str]:
     if _true(options.get("allow_http", "false")):
         # An endpoint written without http:// or https:// is then reached over http.
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = "false"
+    return conf
+
+
+def azure_conf(storage_options: Mapping[str, str], paths: Iterable[str]) -> dict[str, str]:
+    """hadoop-azure's settings from delta-rs storage options (keys in any case, with or
+    without the ``azure_storage_`` / ``azure_`` prefix) and the project's paths: the
+    account key of each account the paths name (``container@host``), from the
+    ``AZURE_STORAGE_ACCOUNT_KEY`` environment variable; with ``use_emulator``, the
+    account wasb sends to the local emulator instead (hadoop-azure's emulator mode)."""
+    options = {
+        k.lower().removeprefix("azure_storage_").removeprefix("azure_"): str(v)
+        for k, v in storage_options.items()
+    }
+    conf: dict[str, str] = {}
+    if _true(options.get("use_emulator", "false")):
+        account = options.get("account_name") or AZURE_EMULATOR_ACCOUNT
+        # wasb sends this account's requests to 127.0.0.1:10000 with the emulator's key,
+        # as delta-rs's use_emulator does; the name is the host of the project's URLs.
+        conf["spark.hadoop.fs.azure.storage.emulator.account.name"] = (
+            f"{account}.blob.core.windows.net"
+        )
+        return conf
+    key = os.environ.get(AZURE_KEY_ENV)
+    if not key:
+        return conf  # a cluster's core-site.xml or credential provider may hold the keys
+    for url in (urlparse(str(p)) for p in paths):
+        if url.scheme.lower() in CONNECTORS["azure"].schemes and "@" in url.netloc:
+            conf[f"spark.hadoop.fs.azure.account.key.{url.hostname}"] = key
+    if conf:
+        conf["spark.redaction.regex"] = REDACTION
     return conf
 
 

@@ -43,6 +43,8 @@ def project_conf(
     if master:
         conf["spark.master"] = master
     conf.update(overrides or {})
-    needed = connectors.needed(project_paths(project))
-    conf = connectors.with_connectors(conf, needed, project.warehouse.storage_options)
+    paths = project_paths(project)
+    conf = connectors.with_connectors(
+        conf, connectors.needed(paths), project.warehouse.storage_options, paths
+    )
     return spark_conf(conf)
