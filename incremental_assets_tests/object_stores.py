@@ -132,8 +132,9 @@ class S3Server(_Server):
 class AzuriteServer(_Server):
     name, scheme = "azure", "az"
 
-    def __init__(self, root: Path):
-        port = _free_port()
+    def __init__(self, root: Path, port: int | None = None):
+        # ``port``: 10000 for clients in the emulator's mode (its fixed address).
+        port = port or _free_port()
         requests = root / "azurite-debug.log"
         command = [
             str(shutil.which("azurite-blob")),

@@ -1,0 +1,56 @@
+"""A warehouse on Azure Blob storage: Azurite (the emulator) serves the Blob API only, so
+Spark reaches it through hadoop-azure's wasb driver (abfs needs the Data Lake Storage
+endpoint, which Azurite lacks: docs/cluster.md). An upsert table loaded twice into
+``az://<container>@<account>.blob.core.windows.net/...`` (Spark's ``wasbs://``, delta-rs's
+``az://``, both in their emulator mode from the tables file's ``use_emulator``) equals a
+full reload. The load runs in a subprocess (incremental_assets_tests/cluster/
+azure_driver.py): the emulator modes reach the fixed address 127.0.0.1:10000, kept free
+by a network namespace of the subprocess's own (``unshare -n``), where it starts Azurite."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+from incremental_assets_tests.object_stores import AzuriteServer
+from incremental_assets_tests.postgres import skip_or_fail_on_ci
+
+
+def _unavailable() -> str | None:
+    missing = AzuriteServer.missing()
+    if missing:
+        return missing
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        return "unshare and ip (util-linux, iproute2) are needed for a private network"
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare -n is not permitted here (run as root): {probe.stderr.strip()}"
+    return None
+
+
+def test_an_upsert_table_on_azure_blob_storage_through_wasb_equals_a_full_reload(tmp_path):
+    why = _unavailable()
+    if why:
+        skip_or_fail_on_ci(why)
+    driver = f"{sys.executable} -m incremental_assets_tests.cluster.azure_driver {tmp_path}"
+    done = subprocess.run(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {driver}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"the driver failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    out = json.loads(lines[-1].removeprefix("RESULT "))
+
+    assert out["runs"] == [[True, 0], [True, 1]]
+    assert out["differences"] == [0, 0]
+    assert out["rows"] == [[1, "paid"], [2, "placed"], [3, "placed"], [4, "placed"]]
+    assert out["spark_path"].startswith("wasbs://lake@devstoreaccount1.blob.core.windows.net/")
+    # The table and its staging root are blobs of the container; the staging root holds
+    # only what its emptying leaves.
+    assert "wh/orders/_delta_log/00000000000000000001.json" in out["blobs"]
+    staged = [b for b in out["blobs"] if b.startswith("wh/orders__staging/")]
+    assert staged, out["blobs"]
