@@ -84,9 +84,10 @@ def test_the_ui_shows_the_demo_and_backfills_from_it(tmp_path, monkeypatch, caps
         status = wait_for_backfill(url, backfill)
         assert status == "COMPLETED_SUCCESS", f"backfill {backfill} ended {status}; log {log}"
         browser.open(f"{url}/runs/b/{backfill}")
+        # Right after the navigation the new document may have no body yet.
         page = browser.wait_for(
             "(text => text.includes('Succeeded') && text.includes('100% completed') && text)"
-            "(document.body.innerText)",
+            "(document.body ? document.body.innerText : '')",
             f"backfill {backfill}'s page to show it succeeded",
         )
         assert f"{backfilled[0]}...{backfilled[1]}" in page
