@@ -5,10 +5,14 @@ they need from here, never from each other."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
+import shutil
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -16,9 +20,11 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.dagster_layer.build import build_definitions
+from incremental_assets.demo import run as demo_run
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.specs import TableSpec, load_project
@@ -409,3 +415,45 @@ def staging_left(root: Path) -> list[str]:
         for p in root.rglob("*")
         if p.is_dir() or (p.stat().st_size and not p.name.endswith(".crc"))
     )
+
+
+# --- the README's demo, run once per test session ---------------------------------------
+
+
+@dataclass(frozen=True)
+class FinishedDemo:
+    """A finished run of the demo (``incremental_assets.demo.run.main``) in ``root``: its
+    tables file, Dagster instance and data, the rounds it ran, its exit code and what it
+    printed."""
+
+    root: Path
+    rounds: int
+    code: int
+    out: str
+
+    def environment(self) -> dict[str, str]:
+        """The environment in which Dagster (``dagster dev``, ``build_definitions``) uses
+        the demo's instance and tables file."""
+        return {
+            **os.environ,
+            "DAGSTER_HOME": str(self.root),
+            "INCREMENTAL_ASSETS_TABLES": str(self.root / "tables.yaml"),
+        }
+
+
+def run_demo(root: Path, rounds: int) -> FinishedDemo:
+    """Run the demo in ``root`` as ``./dev demo`` does, with the project's tables.yaml,
+    dagster.yaml and workspace.yaml (for ``dagster dev`` on it afterwards) copied there and
+    its instance there; the working folder and the environment are restored afterwards.
+
+    The folder stays where it is: the targets' commits record their sources by absolute
+    path, so a copy elsewhere would read as switched sources."""
+    for name in ("tables.yaml", "dagster.yaml", "workspace.yaml"):
+        shutil.copy(PROJECT_ROOT / name, root / name)
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.setenv("INCREMENTAL_ASSETS_TABLES", str(root / "tables.yaml"))
+        patch.setenv("DAGSTER_HOME", str(root))  # main sets it too: restored after
+        patch.chdir(root)
+        code = demo_run.main(rounds=rounds, root=root)
+    return FinishedDemo(root, rounds, code, out.getvalue())

@@ -19,7 +19,12 @@ from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.spark import remote
 from incremental_assets.engine.spark.connect_server import ConnectServer
 from incremental_assets.engine.spark_session import local_session, start_session
-from incremental_assets_tests.builders import DeltaSourceTable, hive_catalog_conf
+from incremental_assets_tests.builders import (
+    DeltaSourceTable,
+    FinishedDemo,
+    hive_catalog_conf,
+    run_demo,
+)
 from incremental_assets_tests.object_stores import S3Server
 from incremental_assets_tests.postgres import free_port, skip_or_fail_on_ci
 from incremental_assets_tests.servers import (
@@ -137,6 +142,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if STARTED:
         started = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in STARTED.items())
         terminalreporter.write_line(f"shared servers started: {started}")
+
+
+# Rounds of the shared demo run: the demo test checks a second round and the backfill over
+# both; the browser test backfills the next day, which has ended too (start is today-4d).
+DEMO_ROUNDS = 2
+
+
+@pytest.fixture(scope="session")
+def finished_demo(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> FinishedDemo:
+    """The README's demo, run once per test session in a folder of its own (minutes on 2
+    cores), shared by the demo test, which asserts on what it printed and left there, and
+    the browser test, which serves the folder in ``dagster dev`` and backfills in it. The
+    backfill only adds to what the demo test reads (its output is kept from the run), so
+    either may run first."""
+    return run_demo(tmp_path_factory.mktemp("demo"), DEMO_ROUNDS)
 
 
 @pytest.fixture

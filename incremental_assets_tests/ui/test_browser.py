@@ -2,10 +2,11 @@
 and a backfill launched by clicking in the UI completes and leaves the table equal to a
 full reload.
 
-The demo runs one round in the test's folder; ``dagster dev`` (webserver and daemon, so
-that the daemon executes the backfill) serves that instance; headless Chromium reads the
-pages. Everything asserted is what the pages show, except that the wait for the backfill's
-end polls GraphQL (the page then shows the outcome) and the full reload is compared on the
+The demo runs once per test session (conftest.py ``finished_demo``, two rounds, shared
+with the demo test); ``dagster dev`` (webserver and daemon, so that the daemon executes
+the backfill) serves its folder and instance; headless Chromium reads the pages.
+Everything asserted is what the pages show, except that the wait for the backfill's end
+polls GraphQL (the page then shows the outcome) and the full reload is compared on the
 Delta table by the project's own :func:`differences`.
 """
 
@@ -19,7 +20,6 @@ from datetime import timedelta
 import pytest
 
 from incremental_assets.dagster_layer.build import build_definitions
-from incremental_assets.demo import run
 from incremental_assets.engine.reload import differences
 from incremental_assets.specs import load_project
 from incremental_assets_tests.ui.browser import (
@@ -28,7 +28,6 @@ from incremental_assets_tests.ui.browser import (
     UIError,
     asset_graph,
     dagster_dev,
-    demo_folder,
     find_chromium,
     graphql,
     metadata_plots,
@@ -37,31 +36,31 @@ from incremental_assets_tests.ui.browser import (
 pytestmark = pytest.mark.slow
 
 CHROMIUM = find_chromium()
-ROUNDS = 1
 ASSET = "orders"
 # Numeric metadata every load reports, each plotted over the asset's materializations.
 PLOTTED = ["rows_extracted", "rows_inserted", "rows_updated", "rows_deleted", "lag_seconds"]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
-def test_the_ui_shows_the_demo_and_backfills_from_it(tmp_path, monkeypatch, capsys, spark):
-    env = demo_folder(tmp_path)
+def test_the_ui_shows_the_demo_and_backfills_from_it(finished_demo, tmp_path, monkeypatch, spark):
+    assert finished_demo.code == 0, finished_demo.out
+    root, rounds = finished_demo.root, finished_demo.rounds
+    env = finished_demo.environment()
     monkeypatch.setenv("INCREMENTAL_ASSETS_TABLES", env["INCREMENTAL_ASSETS_TABLES"])
     monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
-    monkeypatch.chdir(tmp_path)
-    assert run.main(rounds=ROUNDS, root=tmp_path) == 0, capsys.readouterr().out
+    monkeypatch.chdir(root)
 
-    project = load_project(tmp_path / "tables.yaml")
+    project = load_project(root / "tables.yaml")
     defs = build_definitions(project)
     assets = [key.to_user_string() for key in defs.resolve_all_asset_keys()]
     start = project.table(ASSET).partitioning.start
-    demo_days = [f"{start + timedelta(days=n):%Y-%m-%d}" for n in range(ROUNDS)]
+    demo_days = [f"{start + timedelta(days=n):%Y-%m-%d}" for n in range(rounds)]
     # The backfill: the demo's last day (rows already loaded, read again) and the next.
-    backfilled = [demo_days[-1], f"{start + timedelta(days=ROUNDS):%Y-%m-%d}"]
+    backfilled = [demo_days[-1], f"{start + timedelta(days=rounds):%Y-%m-%d}"]
 
     log = tmp_path / "dagster-dev.log"
     with (
-        dagster_dev(tmp_path, env, log) as url,
+        dagster_dev(root, env, log) as url,
         Browser(CHROMIUM, tmp_path / "chromium-profile", tmp_path / "chromium.log") as browser,
     ):
         # The asset graph lists every table (and the invoices' silver and gold), each node
@@ -69,7 +68,7 @@ def test_the_ui_shows_the_demo_and_backfills_from_it(tmp_path, monkeypatch, caps
         nodes = asset_graph(browser, url, assets)
         for spec in project.tables:
             partitions = int(re.search(r"(\d+) partitions", nodes[spec.name])[1])
-            filled = f"{100 * ROUNDS // partitions}% filled"
+            filled = f"{100 * rounds // partitions}% filled"
             assert filled in nodes[spec.name], (spec.name, nodes[spec.name])
 
         # An asset's partitions: the demo's days materialized, the others missing.
