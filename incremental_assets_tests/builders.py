@@ -28,6 +28,7 @@ from incremental_assets.demo import run as demo_run
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.specs import TableSpec, load_project
+from incremental_assets_tests.servers import QUICK_JIT
 
 UTC = timezone.utc
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +61,24 @@ ORDERS = pa.schema(
 
 def order_rows(rows: list[tuple[int, str, float, datetime]]) -> pa.Table:
     return table_of(ORDERS, rows)
+
+
+# Spark settings for a run a test starts in a child process (a JVM of its own for one small
+# load): two shuffle partitions and Delta snapshot tasks, as in the tests' own session
+# (local[*] defaults to 8 of each), and the quick JIT compiler only: in a JVM that lives
+# half a minute on 2 shared cores, the optimizing compiler's threads took the cores from
+# the work (a kill test's child: 43-48 s with it, 26-27 s without it and with 2 partitions).
+CHILD_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.driver.extraJavaOptions": QUICK_JIT,
+}
+
+
+def spark_section(conf: dict[str, str] = CHILD_SPARK_CONF) -> str:
+    """A tables file's ``spark:`` section with ``conf`` (by default a child run's)."""
+    settings = "".join(f"    {key}: {json.dumps(value)}\n" for key, value in conf.items())
+    return f"spark:\n  conf:\n{settings}"
 
 
 def hive_catalog_conf(folder: Path) -> dict[str, str]:
