@@ -11,6 +11,7 @@ the run's worker as the Spark resource does.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,15 +135,14 @@ class Child:
 class Home:
     """A Dagster home with the project's dagster.yaml, and runs of DEFS in it."""
 
-    def __init__(self, root: Path, start_timeout_seconds: int | None = None):
-        """``start_timeout_seconds``: run monitoring's, set in the copied dagster.yaml."""
+    def __init__(self, root: Path, **run_monitoring: int):
+        """``run_monitoring``: settings of run monitoring (``start_timeout_seconds``,
+        ``free_slots_after_run_end_seconds``) set in the copied dagster.yaml."""
         self.root = root
         (root / "home").mkdir()
         config = (PROJECT_ROOT / "dagster.yaml").read_text()
-        if start_timeout_seconds is not None:
-            setting = f"run_monitoring:\n  start_timeout_seconds: {start_timeout_seconds}\n"
-            assert "run_monitoring:\n" in config
-            config = config.replace("run_monitoring:\n", setting)
+        for key, value in run_monitoring.items():
+            config = _run_monitoring_setting(config, key, value)
         (root / "home" / "dagster.yaml").write_text(config)
         (root / "defs.py").write_text(DEFS)
         (root / "defs_dying.py").write_text(DEFS_DYING)
@@ -240,6 +240,16 @@ class Home:
     def close(self) -> None:
         for child in self.children:
             child.kill()
+
+
+def _run_monitoring_setting(config: str, key: str, value: int) -> str:
+    """dagster.yaml's text with run monitoring's ``key`` set to ``value`` (replaced where
+    the shipped file sets it, added otherwise)."""
+    assert "run_monitoring:\n" in config
+    shipped = re.compile(rf"^(  {key}:) .*$", re.MULTILINE)
+    if shipped.search(config):
+        return shipped.sub(rf"\g<1> {value}", config)
+    return config.replace("run_monitoring:\n", f"run_monitoring:\n  {key}: {value}\n")
 
 
 def wait_for(

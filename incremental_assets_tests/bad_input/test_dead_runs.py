@@ -174,17 +174,23 @@ def test_free_slots_reports_the_slots_held_or_handed_and_the_queue_places_it_fre
     assert home.books() == ([], [])
 
 
-def test_run_monitoring_fails_runs_killed_holding_and_queued_and_clears_the_pool(home):
-    holding, (queued,) = killed_holder_and_queue(home)
+def test_run_monitoring_fails_runs_killed_holding_and_queued_and_clears_the_pool(tmp_path):
+    # Slots freed 1 s after a run's end instead of the shipped 30 s, which the test waits.
+    home = Home(tmp_path, free_slots_after_run_end_seconds=1)
+    try:
+        holding, (queued,) = killed_holder_and_queue(home)
 
-    with home.instance() as instance:
-        # One pass of each daemon loop, as `dagster dev` runs them every poll interval.
-        for run_id in (holding, queued):
-            record = instance.get_run_record_by_id(run_id)
-            monitor_started_run(instance, None, record, logging.getLogger("test"))
-            assert instance.get_run_by_id(run_id).status == FAILURE
-        after = instance.run_monitoring_settings["free_slots_after_run_end_seconds"]
-        time.sleep(after + 1)
-        list(execute_concurrency_slots_iteration(DaemonContext(instance), logging.getLogger("t")))
-    assert home.books() == ([], [])
-    new_run_completes(home)
+        with home.instance() as instance:
+            # One pass of each daemon loop, as `dagster dev` runs them every poll interval.
+            for run_id in (holding, queued):
+                record = instance.get_run_record_by_id(run_id)
+                monitor_started_run(instance, None, record, logging.getLogger("test"))
+                assert instance.get_run_by_id(run_id).status == FAILURE
+            after = instance.run_monitoring_settings["free_slots_after_run_end_seconds"]
+            time.sleep(after + 1)
+            context = DaemonContext(instance)
+            list(execute_concurrency_slots_iteration(context, logging.getLogger("t")))
+        assert home.books() == ([], [])
+        new_run_completes(home)
+    finally:
+        home.close()

@@ -55,21 +55,26 @@ def test_a_run_killed_holding_its_slot_is_freed_by_the_next_run(home):
     assert home.holders() == set()
 
 
-def test_the_daemons_run_monitoring_fails_a_dead_run_and_frees_its_slot(home):
-    home.holding_run().kill()
-    dead = home.run_of("holds")
-    assert home.holders() == {dead.run_id}
+def test_the_daemons_run_monitoring_fails_a_dead_run_and_frees_its_slot(tmp_path):
+    # Slots freed 1 s after a run's end instead of the shipped 30 s, which the test waits.
+    home = Home(tmp_path, free_slots_after_run_end_seconds=1)
+    try:
+        home.holding_run().kill()
+        dead = home.run_of("holds")
+        assert home.holders() == {dead.run_id}
 
-    with home.instance() as instance:
-        # One pass of each daemon loop, as `dagster dev` runs them every poll interval.
-        record = instance.get_run_record_by_id(dead.run_id)
-        monitor_started_run(instance, None, record, logging.getLogger("test"))
-        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
-        after = instance.run_monitoring_settings["free_slots_after_run_end_seconds"]
-        time.sleep(after + 1)
-        context = DaemonContext(instance)
-        list(execute_concurrency_slots_iteration(context, logging.getLogger("test")))
-    assert home.holders() == set()
+        with home.instance() as instance:
+            # One pass of each daemon loop, as `dagster dev` runs them every poll interval.
+            record = instance.get_run_record_by_id(dead.run_id)
+            monitor_started_run(instance, None, record, logging.getLogger("test"))
+            assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+            after = instance.run_monitoring_settings["free_slots_after_run_end_seconds"]
+            time.sleep(after + 1)
+            context = DaemonContext(instance)
+            list(execute_concurrency_slots_iteration(context, logging.getLogger("test")))
+        assert home.holders() == set()
+    finally:
+        home.close()
 
 
 def test_a_live_holder_is_waited_for_with_a_warning_until_sigterm(home):
