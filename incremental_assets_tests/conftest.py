@@ -129,10 +129,12 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
 def connect_server(
     s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConnectServer]:
-    """A Spark Connect server (local[2], Delta Lake, s3a on ``s3_endpoint``)."""
+    """A Spark Connect server (local[2], Delta Lake, s3a on ``s3_endpoint``); through
+    Connect it runs every test of the session, with the optimizing JIT compiler."""
     for name, value in S3_CREDENTIALS.items():
         os.environ.setdefault(name, value)
-    server = start_connect_server(tmp_path_factory.mktemp("connect"), s3_endpoint)
+    folder = tmp_path_factory.mktemp("connect")
+    server = start_connect_server(folder, s3_endpoint, serves_a_suite=THROUGH_CONNECT)
     STARTED["Spark Connect server"] = server.started_in
     yield server
     server.stop()
