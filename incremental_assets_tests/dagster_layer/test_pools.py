@@ -32,7 +32,7 @@ from deltalake import DeltaTable
 from incremental_assets.dagster_layer import assets as assets_module
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.specs import load_project
-from incremental_assets_tests.builders import PROJECT_ROOT
+from incremental_assets_tests.builders import CHILD_SPARK_CONF, PROJECT_ROOT, spark_section
 from incremental_assets_tests.postgres import JDBC_JAR, PostgresServer, start_or_skip, wait_until
 
 pytestmark = pytest.mark.slow
@@ -50,11 +50,7 @@ connections:
     driver: org.postgresql.Driver
     user: loader
     password_env: IA_TEST_POOL_PASSWORD
-spark:
-  conf:
-    spark.jars: {jar}
-    spark.sql.shuffle.partitions: 2
-tables:
+{spark}tables:
   - name: orders
     source: {{format: jdbc, connection: shop, table: public.orders}}
     keys: [id]
@@ -97,7 +93,9 @@ class PoolProject:
         self.root = root
         shutil.copy(PROJECT_ROOT / "dagster.yaml", root / "dagster.yaml")
         self.tables = root / "tables.yaml"
-        self.tables.write_text(TABLES_YAML.format(url=pg.jdbc_url("pools"), jar=JDBC_JAR))
+        # The JDBC driver, and for the child run's Spark small settings and the quick JIT.
+        spark = spark_section({"spark.jars": JDBC_JAR, **CHILD_SPARK_CONF})
+        self.tables.write_text(TABLES_YAML.format(url=pg.jdbc_url("pools"), spark=spark))
         self.defs = build_definitions(load_project(self.tables))
         self.child: subprocess.Popen | None = None
         self.hold_outcome: str | Exception | None = None
