@@ -153,11 +153,11 @@ def rows_by_partition(
         return {first: int(counted["rows"])}
     try:
         rows = spark.read.parquet(path)
-        columns = rows.columns  # Spark Connect analyses the read only here
+        schema = rows.schema  # Spark Connect analyses the read only here
     except AnalysisException:  # a commit that staged no acting rows apart: all it staged
         rows = spark.read.parquet(staged_path)
-        columns = rows.columns
-    key = partition_key(spec, rows.schema) if spec.partition_column in columns else None
+        schema = rows.schema
+    key = partition_key(spec, schema)
     if key is None:
         return {}
     counts = rows.groupBy(key.alias("key")).count().collect()
