@@ -74,24 +74,46 @@ def _file_admits(row: dict, part: Part) -> bool:
 
 @dataclass(frozen=True)
 class KeySet:
-    """The sorted, distinct values of a table's first key column that a run touches: files
-    whose statistics bracket none of them are not read (``files_holding``)."""
+    """The values of a table's first key column that a run touches: files whose statistics
+    hold none of them are not read (``files_holding``). ``values`` are the sorted, distinct
+    values, or (``spans``) just the lowest and the highest, every value between them
+    counted as touched."""
 
     column: str
     values: Sequence[int | str | date]
+    spans: bool = False
 
 
-def touched_keys(rows: DataFrame, keys: Sequence[str], limit: int = 2_000_000) -> KeySet | None:
-    """The distinct values of the first key in ``rows``, or None (read every file) when
-    the key's type has no reliable statistics or there are more than ``limit`` values."""
+# Up to this many touched keys are listed one by one (in the pruning filter, ``IN (...)``);
+# more are pruned by their range.
+LISTED_KEYS = 1000
+
+
+def touched_keys(
+    rows: DataFrame, keys: Sequence[str], limit: int = 2_000_000, listed: int = LISTED_KEYS
+) -> KeySet | None:
+    """The values of the first key in ``rows``: listed when there are at most ``listed``,
+    else their range; None (read every file) when the key's type has no reliable
+    statistics or there are more than ``limit`` values. One Spark job (their range and
+    approximate count), and a second that collects them only when they are few."""
     column = keys[0]
     kind = rows.schema[column].dataType
     if not isinstance(kind, (IntegralType, StringType, DateType)):
         return None
     key = F.col(quote(column))
-    found = rows.select(key).filter(key.isNotNull()).distinct().limit(limit + 1).collect()
-    if len(found) > limit:
+    present = rows.select(key).filter(key.isNotNull())
+    low, high, count = present.agg(
+        F.min(key), F.max(key), F.approx_count_distinct(key, 0.05)
+    ).first()
+    if low is None:
+        return KeySet(column, [])
+    if count > limit:
         return None
+    if count > listed * 1.2:
+        return KeySet(column, [low, high], spans=True)
+    found = present.distinct().limit(listed + 1).collect()
+    if len(found) > min(listed, limit):
+        return None if len(found) > limit else KeySet(column, [low, high], spans=True)
     return KeySet(column, sorted(row[0] for row in found))
 
 
@@ -100,16 +122,21 @@ def files_holding(actions: pa.Table, keys: KeySet) -> list[dict]:
     key column bracket one of the values. Files without usable statistics are kept.
     (Truncated string statistics are still bounds: writers shorten the minimum and round
     the maximum up.)"""
-    return [row for row in actions.to_pylist() if _brackets(row, keys.column, keys.values)]
+    return [row for row in actions.to_pylist() if _brackets(row, keys)]
 
 
-def _brackets(row: dict, column: str, values: Sequence) -> bool:
+def _brackets(row: dict, keys: KeySet) -> bool:
+    column, values = keys.column, keys.values
     if f"partition.{column}" in row:
         return True  # partition values are text; Spark's join is exact
     low, high = row.get(f"min.{column}"), row.get(f"max.{column}")
     if low is None or high is None:
         return True
+    if not values:
+        return False
     try:
+        if keys.spans:
+            return low <= values[-1] and high >= values[0]
         i = bisect_left(values, low)
         return i < len(values) and values[i] <= high
     except TypeError:
@@ -164,19 +191,19 @@ def spark_uri(path: str) -> str:
     return os.path.abspath(path)
 
 
-def may_hold(keys: KeySet, listed: int = 1000, alias: str | None = None) -> Column:
+def may_hold(keys: KeySet, listed: int = LISTED_KEYS, alias: str | None = None) -> Column:
     """A filter on the key column (of the table aliased ``alias``, if given) that Delta's
     data skipping turns into file pruning (see ``may_hold_sql``)."""
     return F.expr(may_hold_sql(keys, listed, alias))
 
 
-def may_hold_sql(keys: KeySet, listed: int = 1000, alias: str | None = None) -> str:
+def may_hold_sql(keys: KeySet, listed: int = LISTED_KEYS, alias: str | None = None) -> str:
     """A filter on the key column, as SQL text, that Delta's data skipping turns into file
     pruning: the values themselves (up to ``listed`` of them), else their range."""
     column = f"{alias}.{quote(keys.column)}" if alias else quote(keys.column)
     if not keys.values:
         return "FALSE"
-    if len(keys.values) <= listed:
+    if len(keys.values) <= listed and not keys.spans:
         return f"{column} IN ({', '.join(sql_literal(v) for v in keys.values)})"
     return f"{column} BETWEEN {sql_literal(keys.values[0])} AND {sql_literal(keys.values[-1])}"
 
