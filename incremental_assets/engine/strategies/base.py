@@ -199,9 +199,9 @@ class Strategy:
                 # Range partitioning samples its input in a job of its own before the write.
                 rows = staged(rows, stage_root, "window")
         else:
-            # Observed above the range shuffle: the shuffle's sampling job runs the plan
-            # below it once more, and an observation there would count every row twice.
-            rows, observation = observed(spec, rows.repartitionByRange(*key_columns))
+            # Observed above the shuffle: a range shuffle's sampling job runs the plan below
+            # it once more, and an observation there would count every row twice.
+            rows, observation = observed(spec, by_key(rows, spec.keys, not state.exists))
         increment = self.reduce(spark, rows, staged_first, window, state, target, stage_root)
         new_columns: list[str] = []
         if state.schema is not None:
@@ -231,12 +231,8 @@ class Strategy:
     ) -> DataFrame:
         """The window's checked rows reduced to the increment: the newest row per key."""
         spec = self.spec
-        key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        # Range-partition by key (one shuffle serves both the per-key window and the
-        # layout): each staged file, and so each file the merge writes, covers a narrow key
-        # range, which is what lets later merges skip target files by their statistics.
         if staged_first:
-            rows = rows.repartitionByRange(*key_columns)
+            rows = by_key(rows, spec.keys, not state.exists)
         increment = rows.transform(transforms.newest_per_key(spec.keys, spec.watermark.column))
         tombstones = self.tombstones(spark, target)
         if tombstones is not None:
@@ -287,6 +283,16 @@ class Strategy:
         """Judge the run's deletes (``staged_deletes``: the increment's delete rows, counted
         as it was written) before anything is written; raises DeleteGuardError."""
         return None
+
+
+def by_key(rows: DataFrame, keys: list[str], creates_table: bool) -> DataFrame:
+    """The rows shuffled by key, which the per-key window needs. A run that creates the
+    table range-partitions them: each staged file, and so each file of the first write,
+    covers a narrow key range, which is what lets later merges skip target files by their
+    statistics. Later runs hash them: their merge writes files of its own, and a range
+    shuffle first samples its input in a Spark job that reads the window once more."""
+    columns = [F.col(transforms.quote(k)) for k in keys]
+    return rows.repartitionByRange(*columns) if creates_table else rows.repartition(*columns)
 
 
 def window_policy(spec: TableSpec) -> WindowPolicy:

@@ -26,7 +26,7 @@ from incremental_assets.engine.delta_lake.store import ChangeLog, DeltaTarget, T
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
-from incremental_assets.engine.strategies.base import Staged, Strategy, Transform
+from incremental_assets.engine.strategies.base import Staged, Strategy, Transform, by_key
 from incremental_assets.engine.strategies.cdc import Cdc
 from incremental_assets.engine.strategies.rows import (
     change_counts,
@@ -156,7 +156,9 @@ class Scd2(Strategy):
 
         increment, _ = history.history_changes(events, logged, stored, columns, stage=stage)
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        ordered = increment.repartitionByRange(*key_columns).sortWithinPartitions(*key_columns)
+        ordered = by_key(increment, spec.keys, not state.exists).sortWithinPartitions(
+            *key_columns
+        )
         key = partition_key(spec, ordered.schema)
         counters = increment_counters(ordered.columns, self.change_kinds, key)
         written = write_counted(ordered, f"{stage_root}/increment", *counters)

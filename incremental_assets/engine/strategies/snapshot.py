@@ -9,14 +9,19 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import changes, transforms
+from incremental_assets.engine import changes
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan, merge_plan
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.errors import DuplicateKeysError
 from incremental_assets.engine.guards import DeleteGuard, GuardReport, OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, repeated_keys, snapshot_changes
 from incremental_assets.engine.sources import Source
-from incremental_assets.engine.strategies.base import Strategy, Transform, last_load_time
+from incremental_assets.engine.strategies.base import (
+    Strategy,
+    Transform,
+    by_key,
+    last_load_time,
+)
 from incremental_assets.engine.strategies.cdc import change_set_acts, change_set_clauses
 from incremental_assets.engine.strategies.deletes import judge_deletes
 from incremental_assets.engine.strategies.rows import change_counts, staged
@@ -100,7 +105,7 @@ class Snapshot(Strategy):
         )
         if soft:
             diff = diff.transform(changes.soft_delete_columns(SNAPSHOT_AT))
-        return diff.repartitionByRange(*[F.col(transforms.quote(k)) for k in spec.keys])
+        return by_key(diff, spec.keys, not state.exists)
 
     def merge_plan(self) -> MergePlan:
         """The diff lands as a change set ordered by the snapshot time."""
