@@ -24,9 +24,14 @@ from pyspark.sql import functions as F
 
 from incremental_assets.engine import predicates
 from incremental_assets.engine.errors import DeleteGuardError
-from incremental_assets.engine.predicates import Range
+from incremental_assets.engine.predicates import Part, Range
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.transforms import quote, to_utc_instants
+from incremental_assets.engine.watermarks import (
+    WatermarkKind,
+    WatermarkValue,
+    from_transaction_version,
+)
 
 
 @dataclass(frozen=True)
@@ -146,11 +151,44 @@ def out_of_range(
     row groups whose statistics hold no such value are skipped, a database counts in its
     WHERE. None when the column is not a top-level source column (e.g. inside a Debezium
     image)."""
+    return _scan(source, column, start, clock, zone)[0]
+
+
+def out_of_range_and_high_water(
+    source: Source,
+    column: str,
+    start: datetime,
+    clock: datetime,
+    zone: str,
+    part: Part,
+    kind: WatermarkKind,
+) -> tuple[OutOfRange | None, WatermarkValue | None]:
+    """``out_of_range`` and the high-water mark of ``part`` (``Source.high_water``, a
+    probe part without a tie-break) in one filtered aggregation: one Spark job where there
+    were two, each of which planned the source (its files, their statistics) anew. The
+    scan reads the rows of either: the same files as the high-water mark alone when no
+    row is out of range. A database answers each in a query of its own (a COUNT and a MAX
+    in its WHERE), cheaper than one scan that would fetch rows into Spark."""
+    if source.remote or column not in source.schema.fieldNames():
+        return out_of_range(source, column, start, clock, zone), source.high_water(part, kind)
+    return _scan(source, column, start, clock, zone, (part, kind))
+
+
+def _scan(
+    source: Source,
+    column: str,
+    start: datetime,
+    clock: datetime,
+    zone: str,
+    high_water: tuple[Part, WatermarkKind] | None = None,
+) -> tuple[OutOfRange | None, WatermarkValue | None]:
     types = {f.name: f.dataType for f in source.schema.fields}
     if column not in types:
-        return None
+        return None, None
     horizon = clock + FUTURE_TOLERANCE
     parts = [(Range(column, None, False, start, False),), (Range(column, horizon, False),)]
+    if high_water is not None:
+        parts.append(high_water[0])
     value = F.col(quote(column))
     rows = (
         source.read(predicates.to_source_ranges(parts, types, zone))
@@ -160,19 +198,30 @@ def out_of_range(
         .filter(predicates.to_filter(parts))
     )
     early, late = value < F.lit(start), value > F.lit(horizon)
-    found = rows.agg(
+    aggregates = [
         F.sum(early.cast("int")).alias("before"),
         F.sum(late.cast("int")).alias("after"),
         F.min(F.when(early, F.unix_micros(value))).alias("earliest"),
         F.max(F.when(late, F.unix_micros(value))).alias("latest"),
-    ).collect()[0]
-    return OutOfRange(
+    ]
+    if high_water is not None:
+        part, kind = high_water
+        # As Source.high_water: microseconds for times (PySpark would turn timestamps into
+        # naive local values), the value itself otherwise.
+        mark = F.unix_micros(value) if kind in ("timestamp", "hybrid") else value
+        in_part = predicates.to_filter([part])
+        aggregates.append(F.max(F.when(in_part, mark)).alias("hw"))
+    found = rows.agg(*aggregates).collect()[0]
+    outside = OutOfRange(
         int(found["before"] or 0),
         int(found["after"] or 0),
         start,
         _instant(found["earliest"]),
         _instant(found["latest"]),
     )
+    if high_water is None or found["hw"] is None:
+        return outside, None
+    return outside, from_transaction_version(int(found["hw"]), high_water[1])
 
 
 def _instant(micros: int | None) -> datetime | None:

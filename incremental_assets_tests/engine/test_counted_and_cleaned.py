@@ -14,6 +14,9 @@ from incremental_assets.dagster_layer.checks import WATERMARK_IN_RANGE, check_sp
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.checks import watermark_in_range
 from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.guards import out_of_range, out_of_range_and_high_water
+from incremental_assets.engine.predicates import Range
+from incremental_assets.engine.sources import source_class
 from incremental_assets_tests.builders import (
     at,
     day_request,
@@ -61,6 +64,37 @@ def test_watermarks_in_range_pass_the_check(spark, orders_source, target):
 
     assert watermark_in_range(result).passed
     assert result.out_of_range is not None and result.out_of_range.total == 0
+
+
+def test_one_scan_finds_the_high_water_mark_and_the_rows_out_of_range_as_two_would(
+    spark, orders_source
+):
+    # The probe takes both from one filtered aggregation (one Spark job, not two): it must
+    # give what each gives alone, with rows on every side of the probe part.
+    orders_source.upsert(
+        [
+            (1, "x", 1.0, ANCIENT),
+            (2, "x", 2.0, at(1, 1)),
+            (3, "x", 3.0, at(2, 5)),
+            (4, "x", 4.0, at(3, 7)),
+            (5, "x", 5.0, FAR_FUTURE),
+        ]
+    )
+    spec = make_spec(orders_source.path)
+    source = source_class("orders", spec.source).open(spark, "orders", spec.source, {})
+    start, clock = spec.partitioning.start, at(4)
+    for lower, upper, high in [(at(1), at(3), at(2, 5)), (at(3, 8), at(4), None)]:
+        part = (Range("updated_at", lower, False, upper, False),)
+
+        together = out_of_range_and_high_water(
+            source, "updated_at", start, clock, "UTC", part, "timestamp"
+        )
+
+        alone = out_of_range(source, "updated_at", start, clock, "UTC")
+        assert together == (alone, source.high_water(part, "timestamp"))
+        assert together[1] == high
+        assert together[0] is not None
+        assert (together[0].before_start, together[0].in_future) == (1, 1)
 
 
 def test_a_failed_run_leaves_no_staging_folder(spark, orders_source, target, tmp_path):

@@ -58,11 +58,11 @@ def probe(
     source = kind.open(spark, spec.name, spec.source, dict(source_storage or {}))
     validation.check_source_columns(spec, source.read([]).transform(strategy.shape()).schema)
     clock = source.clock()
-    window = strategy.plan_window(source, state, request, clock)
+    window, outside = strategy.plan_window(source, state, request, clock)
     ledger = None
     if not strategy.reads_whole_source:
         column = spec.watermark.column
         ledger = late_files.plan(source, target, state, window.cursor_before, column)
         if ledger is not None:
             window = window.with_late_files(ledger.late)
-    return Probe(source, state, clock, window, strategy.out_of_range(source, clock), ledger)
+    return Probe(source, state, clock, window, outside, ledger)

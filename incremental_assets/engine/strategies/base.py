@@ -2,7 +2,7 @@
 watermark window and reduced to the newest row per key (append and upsert use it as is).
 
 The run (``engine.load``) calls these methods in phase order and never asks which
-strategy it holds: probe (``plan_window``, ``out_of_range``), extract and stage
+strategy it holds: probe (``plan_window``), extract and stage
 (``window_rows``, ``stage``), commit (``record_beside_target``, ``merge_plan``) and
 result (``change_counts``, ``unchanged``, ``delete_guard``).
 
@@ -24,7 +24,12 @@ from pyspark.sql import functions as F
 from incremental_assets.engine import changes, predicates, transforms, validation
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
-from incremental_assets.engine.guards import GuardReport, OutOfRange, out_of_range
+from incremental_assets.engine.guards import (
+    GuardReport,
+    OutOfRange,
+    out_of_range,
+    out_of_range_and_high_water,
+)
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.rows import (
@@ -38,7 +43,7 @@ from incremental_assets.engine.strategies.rows import (
     write_counted,
 )
 from incremental_assets.engine.strategies.unordered import fail_on_unordered_rows
-from incremental_assets.engine.watermarks import WatermarkValue, parse_value
+from incremental_assets.engine.watermarks import parse_value
 from incremental_assets.engine.windows import LoadRequest, Window, WindowPolicy, plan_window
 from incremental_assets.specs import TableSpec
 
@@ -84,8 +89,9 @@ class Strategy:
 
     def plan_window(
         self, source: Source, state: TargetState, request: LoadRequest, clock: datetime
-    ) -> Window:
-        """The run's window, with the source's high-water mark captured."""
+    ) -> tuple[Window, OutOfRange | None]:
+        """The run's window, with the source's high-water mark captured, and (time
+        watermarks) the source rows no window can reach: both in one scan where it can."""
         spec = self.spec
         window = plan_window(
             window_policy(spec),
@@ -95,15 +101,24 @@ class Strategy:
             partition_high_water=last_load_time(state, "partition_high_water"),
         )
         fail_on_unordered_rows(spec, source)
-        return window.with_high_water(_high_water(spec, source, window))
-
-    def out_of_range(self, source: Source, clock: datetime) -> OutOfRange | None:
-        """Time watermarks: source rows no window can reach."""
-        spec = self.spec
-        if not spec.watermark.is_time:
-            return None
-        zone = spec.source.timezone
-        return out_of_range(source, spec.watermark.column, spec.partitioning.start, clock, zone)
+        watermark = spec.watermark
+        part = None
+        if window.incremental:
+            part = predicates.probe_part(window, watermark.column, watermark.tiebreak)
+        if not watermark.is_time:
+            high = None if part is None else source.high_water(part, watermark.kind)
+            return window.with_high_water(high), None
+        start, zone = spec.partitioning.start, spec.source.timezone
+        if part is None:
+            return window, out_of_range(source, watermark.column, start, clock, zone)
+        if watermark.tiebreak is not None:
+            high = source.high_water(part, watermark.kind, watermark.max_rows)
+            outside = out_of_range(source, watermark.column, start, clock, zone)
+            return window.with_high_water(high), outside
+        outside, high = out_of_range_and_high_water(
+            source, watermark.column, start, clock, zone, part, watermark.kind
+        )
+        return window.with_high_water(high), outside
 
     # -- the window's rows -----------------------------------------------------------------
 
@@ -313,12 +328,3 @@ def last_load_time(state: TargetState, name: str) -> datetime | None:
     value = parse_value(text, "timestamp")
     assert isinstance(value, datetime)
     return value
-
-
-def _high_water(spec: TableSpec, source: Source, window: Window) -> WatermarkValue | None:
-    """The source's high-water mark, captured before extraction: max watermark above the
-    cursor and below the cap, or None when no such row exists."""
-    if not window.incremental:
-        return None
-    part = predicates.probe_part(window, spec.watermark.column, spec.watermark.tiebreak)
-    return source.high_water(part, spec.watermark.kind, spec.watermark.max_rows)

@@ -67,11 +67,8 @@ class Scd2(Strategy):
 
     def plan_window(
         self, source: Source, state: TargetState, request: LoadRequest, clock: datetime
-    ) -> Window:
+    ) -> tuple[Window, OutOfRange | None]:
         return self.changes.plan_window(source, state, request, clock)
-
-    def out_of_range(self, source: Source, clock: datetime) -> OutOfRange | None:
-        return self.changes.out_of_range(source, clock)
 
     def shape(self, taken_at: datetime | None = None) -> Transform:
         return self.changes.shape(taken_at)
@@ -156,9 +153,7 @@ class Scd2(Strategy):
 
         increment, _ = history.history_changes(events, logged, stored, columns, stage=stage)
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        ordered = by_key(increment, spec.keys, not state.exists).sortWithinPartitions(
-            *key_columns
-        )
+        ordered = by_key(increment, spec.keys, not state.exists).sortWithinPartitions(*key_columns)
         key = partition_key(spec, ordered.schema)
         counters = increment_counters(ordered.columns, self.change_kinds, key)
         written = write_counted(ordered, f"{stage_root}/increment", *counters)

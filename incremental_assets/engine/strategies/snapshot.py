@@ -49,13 +49,10 @@ class Snapshot(Strategy):
 
     def plan_window(
         self, source: Source, state: TargetState, request: LoadRequest, clock: datetime
-    ) -> Window:
-        """The snapshot's window: its time is the source's clock."""
+    ) -> tuple[Window, OutOfRange | None]:
+        """The snapshot's window: its time is the source's clock (no row is out of reach)."""
         last_end = last_load_time(state, "partition_end")
-        return snapshot_window(self.spec.name, state.cursor, request, clock, last_end)
-
-    def out_of_range(self, source: Source, clock: datetime) -> OutOfRange | None:
-        return None
+        return snapshot_window(self.spec.name, state.cursor, request, clock, last_end), None
 
     def shape(self, taken_at: datetime | None = None) -> Transform:
         """A snapshot's rows are stamped with the time it was taken."""
