@@ -23,7 +23,7 @@ run per table against one run for all.
 Each measurement runs in its own child process (PySpark allows one kind of session per
 process). Run from the repository root::
 
-    .venv/bin/python benchmarks/warm_runs.py                 # about 10 minutes here
+    .venv/bin/python benchmarks/warm_runs.py                 # about 12 minutes here
     .venv/bin/python benchmarks/warm_runs.py --tables 5      # quicker
 """
 
@@ -294,6 +294,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--orders", type=int, default=1000, help="rows of day 1 (1000)")
     parser.add_argument("--tables", type=int, default=20, help="tables for the checks (20)")
+    parser.add_argument(
+        "--runs", type=int, default=6, help="warm runs each, local and Connect (6; >= 4)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--days", help=argparse.SUPPRESS)
@@ -333,8 +336,11 @@ def main() -> None:
         first = cli_run(root, 1, args.orders, env)
         cold = cli_run(root, 2, args.orders, env)
         print(f"cold local: first load {first:.1f}s, day 2 {cold:.1f}s")
+        local_days = list(range(3, 3 + args.runs))
+        connect_days = [d + args.runs for d in local_days]
+        days = ",".join(map(str, local_days))
         local = run_child(
-            root, [*common, "--mode", "runs", "--days", "3,4,5", "--ui-port", str(ui_port)], env
+            root, [*common, "--mode", "runs", "--days", days, "--ui-port", str(ui_port)], env
         )
         print(f"warm local: {json.dumps(local)}")
 
@@ -346,11 +352,16 @@ def main() -> None:
             remote = {**env, "INCREMENTAL_ASSETS_SPARK_REMOTE": server.url}
             connect = run_child(
                 root,
-                [*common, "--mode", "runs", "--days", "6,7,8", "--ui-port", str(server_ui)],
+                [
+                    *common,
+                    *("--mode", "runs", "--days", ",".join(map(str, connect_days))),
+                    *("--ui-port", str(server_ui)),
+                ],
                 remote,
             )
             print(f"connect: {json.dumps(connect)}")
-            launches = [cli_run(root, n, args.orders, remote) for n in (9, 10)]
+            after = connect_days[-1]
+            launches = [cli_run(root, n, args.orders, remote) for n in (after + 1, after + 2)]
             print(f"connect launches: {launches}")
         finally:
             server.stop()
@@ -367,8 +378,11 @@ def main() -> None:
 
 
 def report(args, first, cold, local, connect, launches, batched, alone) -> None:
-    steady = local["runs"][1:]  # the first warm run pays the session's first Delta reads
-    csteady = connect["runs"][1:]
+    # The first warm runs pay the session's first Delta reads and a JVM whose compiler has
+    # not yet warmed (a long-lived Dagster code server or Connect server is past them): the
+    # steady state is the last three.
+    steady = local["runs"][-3:]
+    csteady = connect["runs"][-3:]
 
     def avg(rows: list[dict], field: str) -> float:
         return sum(r[field] for r in rows) / len(rows)
@@ -377,6 +391,7 @@ def report(args, first, cold, local, connect, launches, batched, alone) -> None:
     warm_step, warm_run = avg(steady, "step"), avg(steady, "wall")
     connect_run = avg(csteady, "wall")
     print(f"\nOne day of orders ({args.orders} rows on day 1; {steady[0]['rows']} changed a day)")
+    print(f"warm runs (steps, s): local {_steps(local)}; Connect {_steps(connect)}")
     print(f"{'how':<44} {'seconds':>8} {'spark jobs':>11} {'aim':>8}")
     rows = [
         ("cold local: a fresh process (dagster CLI)", cold, None, None),
@@ -403,6 +418,10 @@ def report(args, first, cold, local, connect, launches, batched, alone) -> None:
     print(f"{'one run for all due tables (now)':<44} {per_table:>8.2f} {1:>7} {1:>15} "
           f"{hourly_batched:>10.0f}")  # fmt: skip
     print(f"ratio: {hourly_alone / hourly_batched:.0f}x fewer seconds an hour")
+
+
+def _steps(measured: dict) -> str:
+    return " ".join(f"{run['step']:.1f}" for run in measured["runs"])
 
 
 if __name__ == "__main__":
