@@ -90,18 +90,28 @@ LISTED_KEYS = 1000
 
 
 def touched_keys(
-    rows: DataFrame, keys: Sequence[str], limit: int = 2_000_000, listed: int = LISTED_KEYS
+    rows: DataFrame,
+    keys: Sequence[str],
+    limit: int = 2_000_000,
+    listed: int = LISTED_KEYS,
+    *,
+    at_most: int | None = None,
 ) -> KeySet | None:
     """The values of the first key in ``rows``: listed when there are at most ``listed``,
     else their range; None (read every file) when the key's type has no reliable
     statistics or there are more than ``limit`` values. One Spark job (their range and
-    approximate count), and a second that collects them only when they are few."""
+    approximate count), and a second that collects them only when they are few.
+    ``at_most``: the rows' count when known (a staged increment's, as its write counted
+    it): when it is at most ``listed``, so are the keys, which one job collects."""
     column = keys[0]
     kind = rows.schema[column].dataType
     if not isinstance(kind, (IntegralType, StringType, DateType)):
         return None
     key = F.col(quote(column))
     present = rows.select(key).filter(key.isNotNull())
+    if at_most is not None and at_most <= listed:
+        values = sorted(row[0] for row in present.distinct().collect())
+        return None if len(values) > limit else KeySet(column, values)
     low, high, count = present.agg(
         F.min(key), F.max(key), F.approx_count_distinct(key, 0.05)
     ).first()

@@ -425,7 +425,10 @@ class DeltaTarget:
                 files_added=int(metrics.get("num_files", 0)),
                 created_table=True,
             )
-        holding = delta_io.touched_keys(staged, plan.identity or plan.keys) if staged_rows else None
+        holding = None
+        if staged_rows:
+            keys = plan.identity or plan.keys
+            holding = delta_io.touched_keys(staged, keys, at_most=staged_rows)
         acting, acted = (
             self._acting(spark, staged, plan, staged_path, holding, acting_counters)
             if staged_rows

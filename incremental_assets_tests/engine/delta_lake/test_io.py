@@ -46,5 +46,9 @@ def test_touched_keys_are_distinct_sorted_and_refused_over_the_limit(spark):
     rows = spark.createDataFrame([(3, "a"), (1, "b"), (3, "c"), (None, "d")], "k bigint, v string")
     assert delta_io.touched_keys(rows, ["k"]) == KeySet("k", [1, 3])
     assert delta_io.touched_keys(rows, ["k"], limit=1) is None
+    # A known count of at most the listed keys: collected in one job, the same keys.
+    assert delta_io.touched_keys(rows, ["k"], at_most=4) == KeySet("k", [1, 3])
+    assert delta_io.touched_keys(rows, ["k"], limit=1, at_most=4) is None
+    assert delta_io.touched_keys(rows.limit(0), ["k"], at_most=0) == KeySet("k", [])
     stamped = spark.createDataFrame([(1.5,)], "k double")
     assert delta_io.touched_keys(stamped, ["k"]) is None
