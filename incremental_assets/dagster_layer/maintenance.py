@@ -30,6 +30,12 @@ class MaintenanceConfig(dg.Config):
     """Per table, in the run config under ``ops: maintain_<table>: config:``."""
 
     compact: bool = Field(default=True, description="Bin-pack small files into larger ones.")
+    purge: bool = Field(
+        default=True,
+        description="First rewrite the files whose rows deletion vectors mark deleted "
+        "(REORG ... APPLY (PURGE)), so reads stop filtering them; nothing to do on tables "
+        "without deletion vectors.",
+    )
     zorder_by_keys: bool = Field(
         default=False,
         description="Rewrite the whole table sorted by its keys (narrow key ranges per file, "
@@ -63,6 +69,7 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
         mark_worker(context)
         settings = MaintenanceSettings(
             compact=config.compact,
+            purge=config.purge,
             zorder=tuple(spec.keys) if config.zorder_by_keys else (),
             retention_hours=config.retention_hours,
             enforce_retention=config.enforce_retention,

@@ -546,6 +546,7 @@ def _commit(
         # spec declares or on_schema_change allows.
         add_new_columns=True,
         staged_rows=staged_rows,
+        deletion_vectors=spec.target.deletion_vectors,
     )
 
 

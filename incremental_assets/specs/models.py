@@ -559,6 +559,15 @@ class TargetSpec(_Spec):
         "at the location (target.path, else <warehouse.root>/<name>) and written by name.",
     )
     partition_by: ColumnList = Field(default_factory=list, description="Delta partition columns.")
+    deletion_vectors: bool = Field(
+        default=False,
+        description="Create the table with Delta's deletion vectors: a merge then marks the "
+        "rows it replaces or deletes instead of rewriting their files (it writes about the "
+        "rows it changes, not whole files). Spark's Delta reads such tables; delta-rs 1.x "
+        "(and tools built on it) cannot read their data. Applies when the table is created; "
+        "turn it on for an existing table with ALTER TABLE ... SET TBLPROPERTIES "
+        "('delta.enableDeletionVectors' = 'true') (docs/runs.md).",
+    )
 
     @field_validator("path")
     @classmethod

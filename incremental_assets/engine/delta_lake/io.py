@@ -16,6 +16,7 @@ from datetime import date, datetime, timedelta
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -28,6 +29,8 @@ from incremental_assets.engine.transforms import quote
 # Delta statistics hold timestamps truncated to milliseconds: widen them so pruning never
 # drops a file whose true minimum or maximum lies inside the truncated millisecond.
 _STATS_SLACK = timedelta(milliseconds=1)
+# Key ranges listed one by one in a filter that narrows a Delta scan to given files.
+_RANGES = 50
 
 
 def spark_schema(table: DeltaTable) -> StructType:
@@ -237,7 +240,63 @@ def needs_delta_reader(table: DeltaTable) -> bool:
     (column mapping) or rows deleted by deletion vectors."""
     config = table.metadata().configuration
     mapped = config.get("delta.columnMapping.mode", "none") != "none"
-    return mapped or config.get("delta.enableDeletionVectors") == "true"
+    return mapped or has_deletion_vectors(table)
+
+
+def has_deletion_vectors(table: DeltaTable) -> bool:
+    """Whether the table's files may carry deletion vectors (its protocol allows them)."""
+    return "deletionVectors" in (table.protocol().reader_features or [])
+
+
+def rows_deleted_by_vectors(table: DeltaTable) -> int:
+    """Rows of the live files that their deletion vectors mark deleted (the log keeps
+    each file's row count with the deleted rows in it). delta-rs reads the vectors."""
+    if not has_deletion_vectors(table):
+        return 0
+    vectors = pa.table(table.deletion_vectors())
+    if vectors.num_rows == 0:
+        return 0
+    kept = pc.list_flatten(vectors.column("selection_vector"))
+    return len(kept) - int(pc.sum(kept.cast(pa.int64())).as_py() or 0)
+
+
+def writes_deletion_vectors(table: DeltaTable | None) -> bool:
+    """Whether Spark's DML on the table marks rows deleted in deletion vectors rather than
+    rewriting their files (``delta.enableDeletionVectors``)."""
+    if table is None:
+        return False
+    return table.metadata().configuration.get("delta.enableDeletionVectors") == "true"
+
+
+def _within_stats(files: list[dict], column: str, partitions: set[str]) -> Column | None:
+    """A filter on ``column`` that every row of ``files`` passes, from their min/max
+    statistics (overlapping ranges merged, at most ``_RANGES`` of them), for Delta's data
+    skipping; None when a file has no statistics of it."""
+    if column in partitions or not files:
+        return None
+    ranges = []
+    for row in files:
+        low, high = row.get(f"min.{column}"), row.get(f"max.{column}")
+        if low is None or high is None:
+            return None
+        if isinstance(low, datetime):
+            low, high = low - _STATS_SLACK, high + _STATS_SLACK
+        ranges.append((low, high))
+    ranges.sort()
+    merged = [list(ranges[0])]
+    for low, high in ranges[1:]:
+        if low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    if len(merged) > _RANGES:
+        merged = [[merged[0][0], max(high for _, high in merged)]]
+    value = F.col(quote(column))
+    out = None
+    for low, high in merged:
+        part = value.between(F.lit(low), F.lit(high))
+        out = part if out is None else out | part
+    return out
 
 
 def _through_delta(spark: SparkSession, table: DeltaTable, files: list[dict] | None) -> DataFrame:
@@ -252,9 +311,15 @@ def _through_delta(spark: SparkSession, table: DeltaTable, files: list[dict] | N
         name = unquote(row["path"]).rsplit("/", 1)[-1]
         by_version.setdefault(int(row.get("version", table.version())), set()).add(name)
     name = F.element_at(F.split(F.col("_metadata.file_path"), "/"), -1)
+    # Delta's data skipping ignores the file name: the files' own statistics narrow the
+    # scan to the files whose first column overlaps theirs, not the whole table.
+    partitions = set(table.metadata().partition_columns)
+    near = _within_stats(files, table.schema().fields[0].name, partitions)
     frames = []
     for version, names in sorted(by_version.items()):
         rows = spark.read.format("delta").option("versionAsOf", version).load(uri)
+        if near is not None:
+            rows = rows.filter(near)
         listed = sorted(names)
         frames.append(rows.filter(F.url_decode(name).isin(listed) | name.isin(listed)))
     if not frames:

@@ -49,15 +49,19 @@ MAINTENANCE_KEY = "incremental_assets.maintenance"
 class MaintenanceSettings:
     """What to do to each Delta table.
 
-    ``zorder`` rewrites every file sorted along these columns (e.g. the keys), which keeps
-    each file's key range narrow so merges rewrite fewer files, at the price of rewriting
-    the whole table; without it, compaction bin-packs small files only. ``retention_hours``
-    None skips the vacuum. ``enforce_retention`` refuses a retention shorter than the
-    table's ``delta.deletedFileRetentionDuration`` (7 days unless set): readers of older
-    snapshots, including a load still running, may need those files.
+    ``zorder`` rewrites every file sorted along
+    these columns (e.g. the keys), which keeps each file's key range narrow so merges
+    rewrite fewer files, at the price of rewriting the whole table; without it, compaction
+    bin-packs small files only. ``purge`` first rewrites the files whose rows deletion
+    vectors mark deleted (``REORG ... APPLY (PURGE)``), so readers stop filtering them;
+    tables without deletion vectors skip it. ``retention_hours`` None skips the vacuum.
+    ``enforce_retention`` refuses a retention shorter than the table's
+    ``delta.deletedFileRetentionDuration`` (7 days unless set): readers of older snapshots,
+    including a load still running, may need those files.
     """
 
     compact: bool = True
+    purge: bool = True
     zorder: tuple[str, ...] = ()
     target_size: int | None = None
     retention_hours: int | None = 168
@@ -91,6 +95,7 @@ class MaintenanceResult:
     files_written: int = 0
     files_vacuumed: int = 0
     vacuum_note: str = ""
+    files_purged: int = 0
 
     def metadata(self, prefix: str = "") -> dict[str, int]:
         return {
@@ -105,6 +110,7 @@ class MaintenanceResult:
                 "files_compacted",
                 "files_written",
                 "files_vacuumed",
+                "files_purged",
                 "version_after",
             )
         }
@@ -140,8 +146,11 @@ def maintain(
     version_before = table.version()
     files_before, bytes_before = _live(table)
     stale_before = len(_stale(table, storage))
-    compacted = written = vacuumed = 0
+    compacted = written = vacuumed = purged = 0
     note = ""
+    if settings.purge and delta_io.rows_deleted_by_vectors(table):
+        purged, _ = _purge(spark, target)
+        table = target.open()
     if settings.compact:
         compacted, written = _optimize(spark, target, settings)
         table = target.open()
@@ -164,6 +173,7 @@ def maintain(
         files_written=written,
         files_vacuumed=vacuumed,
         vacuum_note=note,
+        files_purged=purged,
     )
 
 
@@ -184,6 +194,15 @@ def _optimize(
     if settings.target_size:
         conf["spark.databricks.delta.optimize.maxFileSize"] = str(settings.target_size)
     with delta_commits.session_settings(spark, conf):
+        metrics = spark.sql(sql).collect()[0]["metrics"]
+    return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def _purge(spark: SparkSession, target: DeltaTarget) -> tuple[int, int]:
+    """REORG ... APPLY (PURGE): rewrite the files that carry deletion vectors without the
+    rows they delete (no row changes: ``dataChange: false``). Files removed and added."""
+    sql = f"REORG TABLE {target.sql_table} APPLY (PURGE)"
+    with delta_commits.session_settings(spark, _tag("purge")):
         metrics = spark.sql(sql).collect()[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
 

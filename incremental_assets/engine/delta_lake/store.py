@@ -102,9 +102,22 @@ class CommitResult:
     files_removed: int = 0
     created_table: bool = False
     cursor_only: bool = False
-    # What was counted of the staged rows the merge acted on as they were staged apart:
-    # ``rows``, and each of ``acting_counters`` by its alias (empty: no merge).
+    # What was counted of the staged rows the merge acted on: ``rows``, and each of
+    # ``acting_counters`` by its alias. Counted as they were staged apart
+    # (``acting_staged``: a merge in two passes), or, when a one-pass merge acted with
+    # every staged row, the staged rows' own counts (``staged_counts``). Empty: no merge,
+    # or a one-pass merge that acted with only some staged rows (found again by
+    # ``DeltaTarget.acting_rows``).
     acted: dict = field(default_factory=dict)
+    # Whether the acting rows were staged apart, at ``acting_rows_path`` of the increment.
+    acting_staged: bool = False
+
+    @property
+    def rows_acted(self) -> int:
+        """Rows the commit inserted, updated or deleted: each staged row acts on at most
+        one target row (keys are unique on both sides), so this is the number of staged
+        rows that changed something."""
+        return self.rows_inserted + self.rows_updated + self.rows_deleted
 
 
 class DeltaTarget:
@@ -373,14 +386,18 @@ class DeltaTarget:
         partition_by: list[str],
         add_new_columns: bool,
         staged_rows: int | None = None,
+        staged_counts: Mapping[str, Any] | None = None,
         acting_counters: Sequence[Column] = (),
+        deletion_vectors: bool = False,
     ) -> CommitResult:
-        """Land the staged increment and the new cursor in one Delta commit.
+        """Land the staged increment and the new cursor in one Delta commit; a table
+        created by it takes deletion vectors when ``deletion_vectors``.
 
         ``staged_rows``: the increment's rows as its write counted them (counted by Spark
-        when not given). ``acting_counters``: aggregates counted over the rows the merge
-        acts on as they are staged (``CommitResult.acted``). Writes nothing when no row is
-        staged and the cursor stays put.
+        when not given); ``staged_counts``: what else that write counted, by the aliases of
+        ``acting_counters``, aggregates counted over the rows the merge acts on as they are
+        staged (``CommitResult.acted``; with deletion vectors, the staged counts when every
+        staged row acted). Writes nothing when no row is staged and the cursor stays put.
         """
         record = delta_commits.record(
             {**metadata, "table": self.table_name, "sequence": state.next_sequence}
@@ -410,7 +427,7 @@ class DeltaTarget:
                     record,
                     mode="error",
                     partition_by=partition_by,
-                    options=table_options(columns),
+                    options=table_options(columns, deletion_vectors),
                     table=self.catalog_table,
                     **transaction,
                 ),
@@ -425,39 +442,72 @@ class DeltaTarget:
                 files_added=int(metrics.get("num_files", 0)),
                 created_table=True,
             )
-        holding = None
-        if staged_rows:
-            keys = plan.identity or plan.keys
-            holding = delta_io.touched_keys(staged, keys, at_most=staged_rows)
-        acting, acted = (
-            self._acting(spark, staged, plan, staged_path, holding, acting_counters)
-            if staged_rows
-            else (None, {})
-        )
-        if acting is not None:
-            merge = partial(
-                plan.merge,
-                spark,
-                self.spark_path,
-                acting,
-                columns,
-                holding,
-                add_new_columns,
-                table=self.catalog_table,
-            )
-            self._write(lambda: self._merge(spark, merge, record, transaction))
-            found = self._committed(record)
-            return replace(_result(found["operation_metrics"], found["version"]), acted=acted)
-        if cursor_after is not None and cursor_after != cursor_before:
-            # Nothing to write, but the cursor moves: record it alone, still atomically.
-            self._write(
-                lambda: delta_commits.empty_commit(
-                    spark, self.spark_path, record, table=self.catalog_table, **transaction
+        if staged_rows == 0:
+            return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)
+        holding = delta_io.touched_keys(staged, plan.identity or plan.keys, at_most=staged_rows)
+        if self.merges_in_one_pass(state):
+            # One pass: with deletion vectors a clause whose condition fails writes nothing,
+            # so the MERGE reads the staged rows and its clauses alone decide what changes.
+            source, acted = staged, {}
+            moves = cursor_after is not None and cursor_after != cursor_before
+            if not moves and self._acting_rows(spark, staged, plan, holding).isEmpty():
+                # Re-read rows that change nothing, and a cursor that stays: no commit.
+                return CommitResult(committed=False, version=state.version)
+        else:
+            # Without them Delta rewrites every file a matched row falls in, whether or not
+            # a clause acts on it: only the rows that act are merged (staged beside the
+            # increment, counted as they are written).
+            source, acted = self._acting(spark, staged, plan, staged_path, holding, acting_counters)
+            if source is None:
+                return self._cursor_only(
+                    spark, state, record, transaction, cursor_before, cursor_after
                 )
-            )
-            found = self._committed(record)
-            return CommitResult(committed=True, version=found["version"], cursor_only=True)
-        return CommitResult(committed=False, version=state.version)
+        merge = partial(
+            plan.merge,
+            spark,
+            self.spark_path,
+            source,
+            columns,
+            holding,
+            add_new_columns,
+            table=self.catalog_table,
+        )
+        self._write(lambda: self._merge(spark, merge, record, transaction))
+        found = self._committed(record)
+        result = _result(found["operation_metrics"], found["version"])
+        if acted:
+            return replace(result, acted=acted, acting_staged=True)
+        if result.rows_acted == staged_rows:
+            # One pass, and every staged row acted (the usual increment): the acting rows
+            # are the staged rows, as their write counted them.
+            return replace(result, acted={**(staged_counts or {}), "rows": staged_rows})
+        return result
+
+    def merges_in_one_pass(self, state: TargetState) -> bool:
+        """Whether the MERGE reads the staged rows themselves (the table takes deletion
+        vectors) rather than only those that act."""
+        return delta_io.writes_deletion_vectors(state.table)
+
+    def _acting_rows(
+        self,
+        spark: SparkSession,
+        staged: DataFrame,
+        plan: MergePlan,
+        holding: delta_io.KeySet | None,
+        version: int | None = None,
+    ) -> DataFrame:
+        """The staged rows that act on the table (as it was at ``version``)."""
+        current = self.to_spark(spark, version=version, holding=holding)
+        return plan.acting_rows(staged, current)
+
+    def acting_rows(
+        self, spark: SparkSession, staged_path: str, plan: MergePlan, version: int
+    ) -> DataFrame:
+        """The staged rows that act on the table as it was at ``version``: those a merge on
+        top of that version changed something with."""
+        staged = spark.read.parquet(staged_path)
+        holding = delta_io.touched_keys(staged, plan.identity or plan.keys)
+        return self._acting_rows(spark, staged, plan, holding, version)
 
     def _acting(
         self,
@@ -470,11 +520,10 @@ class DeltaTarget:
     ) -> tuple[DataFrame | None, dict]:
         """The staged rows the merge acts on, staged beside the increment (None: none), and
         what was counted of them as they were written (``rows``, and ``counters``)."""
-        current = self.to_spark(spark, holding=holding)
         acting_path = acting_rows_path(staged_path)
         # Counted as they are written: no second read of the staged rows.
         observation = Observation(f"acting_{uuid.uuid4().hex}")
-        acting = plan.acting_rows(staged, current).observe(
+        acting = self._acting_rows(spark, staged, plan, holding).observe(
             observation, F.count(F.lit(1)).alias("rows"), *counters
         )
         acting.write.mode("overwrite").parquet(acting_path)
@@ -482,6 +531,26 @@ class DeltaTarget:
         if not acted["rows"]:
             return None, {}
         return spark.read.parquet(acting_path), acted
+
+    def _cursor_only(
+        self,
+        spark: SparkSession,
+        state: TargetState,
+        record: dict,
+        transaction: dict,
+        cursor_before: WatermarkValue | None,
+        cursor_after: WatermarkValue | None,
+    ) -> CommitResult:
+        """No row to merge: the cursor recorded alone (still atomically) when it moves."""
+        if cursor_after is not None and cursor_after != cursor_before:
+            self._write(
+                lambda: delta_commits.empty_commit(
+                    spark, self.spark_path, record, table=self.catalog_table, **transaction
+                )
+            )
+            found = self._committed(record)
+            return CommitResult(committed=True, version=found["version"], cursor_only=True)
+        return CommitResult(committed=False, version=state.version)
 
     @staticmethod
     def _merge(spark: SparkSession, merge, record: dict, transaction: dict) -> None:
@@ -700,16 +769,18 @@ def acting_rows_path(staged_path: str) -> str:
     return f"{staged_path.rstrip('/')}_acting"
 
 
-def table_options(columns: list[str]) -> dict[str, str]:
+def table_options(columns: list[str], deletion_vectors: bool = False) -> dict[str, str]:
     """Table properties for a new table: column mapping by name when a column's name holds
-    a character Delta cannot keep as a Parquet field name (a space, a comma, ...)."""
+    a character Delta cannot keep as a Parquet field name (a space, a comma, ...); deletion
+    vectors when asked (Delta then raises the protocol to what they need)."""
+    options = {}
     if any(_NEEDS_COLUMN_MAPPING.search(c) for c in columns):
-        return {
-            "delta.columnMapping.mode": "name",
-            "delta.minReaderVersion": "2",
-            "delta.minWriterVersion": "5",
-        }
-    return {}
+        options["delta.columnMapping.mode"] = "name"
+        if not deletion_vectors:  # with them, Delta picks the table features itself
+            options |= {"delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}
+    if deletion_vectors:
+        options["delta.enableDeletionVectors"] = "true"
+    return options
 
 
 def _snake(name: str) -> str:
@@ -727,21 +798,27 @@ def operation_metrics(commit: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _result(metrics: dict[str, Any], version: int) -> CommitResult:
+    inserted = int(metrics.get("num_target_rows_inserted", 0))
+    updated = int(metrics.get("num_target_rows_updated", 0))
+    deleted = int(metrics.get("num_target_rows_deleted", 0))
     return CommitResult(
         committed=True,
         version=version,
-        rows_inserted=int(metrics.get("num_target_rows_inserted", 0)),
-        rows_updated=int(metrics.get("num_target_rows_updated", 0)),
-        rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
+        rows_inserted=inserted,
+        rows_updated=updated,
+        rows_deleted=deleted,
         files_added=int(metrics.get("num_target_files_added", 0)),
         files_removed=int(metrics.get("num_target_files_removed", 0)),
+        # A merge that acted on no row still carries the run's new cursor.
+        cursor_only=inserted + updated + deleted == 0,
     )
 
 
 def row_count(table: DeltaTable) -> int:
-    """Rows in the snapshot, from the log's per-file statistics (no data read)."""
+    """Rows in the snapshot, from the log's per-file statistics (no data read), less the
+    rows deletion vectors mark deleted in those files."""
     counts = delta_io.live_files(table).column("num_records").to_pylist()
-    return int(sum(c or 0 for c in counts))
+    return int(sum(c or 0 for c in counts)) - delta_io.rows_deleted_by_vectors(table)
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:

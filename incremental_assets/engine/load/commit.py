@@ -79,7 +79,9 @@ def commit(
         partition_by=list(spec.target.partition_by),
         add_new_columns=spec.on_schema_change == "append_new_columns",
         staged_rows=extracted.rows_staged,
+        staged_counts=extracted.partition_keys,
         acting_counters=partition_counters(extracted.partition_key),
+        deletion_vectors=spec.target.deletion_vectors,
     )
 
 

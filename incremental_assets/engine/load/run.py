@@ -128,7 +128,7 @@ def _run_load(
         by_partition = {}
         if committed.committed:
             late_files.record_after_commit(spark, target, probed.ledger, committed.version)
-            by_partition = rows_by_partition(spark, spec, extracted, committed)
+            by_partition = rows_by_partition(spark, strategy, target, extracted, committed)
         crash_point("after_commit")
 
     return result(

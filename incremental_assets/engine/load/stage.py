@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -131,7 +130,11 @@ def extract(
 
 
 def rows_by_partition(
-    spark: SparkSession, spec: TableSpec, extracted: Extract, committed: CommitResult
+    spark: SparkSession,
+    strategy: Strategy,
+    target: DeltaTarget,
+    extracted: Extract,
+    committed: CommitResult,
 ) -> dict[str, int]:
     """The rows a committed run wrote, counted by partition key (``2026-01-02``, or
     ``2026-01-02-13:00`` for hourly tables) from the partition column: the rows its merge
@@ -140,24 +143,37 @@ def rows_by_partition(
     so it may load rows of later partitions (or, reading a late file, of earlier ones);
     this says which. When all those rows have one key (the usual run: one day), the counts
     taken as they were staged say it; otherwise Spark counts them (on the warehouse) by
-    key."""
+    key.
+
+    A merge into a table without deletion vectors staged its acting rows apart: they are
+    counted. With deletion vectors the merge read the staged rows in one pass; when its
+    own counts say every staged row acted (the usual increment), the staged rows are the
+    acting rows (``CommitResult.acted`` holds their staged counts); only a run that also
+    re-read rows which changed nothing finds its acting rows again, against the version
+    before its commit."""
+    spec = strategy.spec
     staged_path = extracted.staged_path
     if committed.created_table:
-        path, counted = staged_path, {**extracted.partition_keys, "rows": extracted.rows_staged}
-    elif committed.committed and not committed.cursor_only:
-        path, counted = acting_rows_path(staged_path), committed.acted
-    else:
+        counted, path = {**extracted.partition_keys, "rows": extracted.rows_staged}, staged_path
+    elif not committed.committed or committed.cursor_only:
         return {}
+    elif committed.acting_staged:
+        counted, path = committed.acted, acting_rows_path(staged_path)
+    elif committed.acted:  # one pass, and every staged row acted
+        counted, path = committed.acted, staged_path
+    else:  # one pass, and some staged rows changed nothing
+        assert committed.version is not None
+        plan, before = strategy.merge_plan(), committed.version - 1
+        return _counted_by_key(spec, target.acting_rows(spark, staged_path, plan, before))
     first, last = counted.get(FIRST_PARTITION), counted.get(LAST_PARTITION)
     if isinstance(first, str) and first == last and not counted.get(NO_PARTITION):
         return {first: int(counted["rows"])}
-    try:
-        rows = spark.read.parquet(path)
-        schema = rows.schema  # Spark Connect analyses the read only here
-    except AnalysisException:  # a commit that staged no acting rows apart: all it staged
-        rows = spark.read.parquet(staged_path)
-        schema = rows.schema
-    key = partition_key(spec, schema)
+    return _counted_by_key(spec, spark.read.parquet(path))
+
+
+def _counted_by_key(spec: TableSpec, rows: DataFrame) -> dict[str, int]:
+    """``rows`` counted by partition key, by Spark (on the warehouse)."""
+    key = partition_key(spec, rows.schema)
     if key is None:
         return {}
     counts = rows.groupBy(key.alias("key")).count().collect()
