@@ -38,7 +38,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
-from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import ROWS_PER_FILE, DeltaTarget
 from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs.locations import SIDE_TABLES
 
@@ -49,7 +49,8 @@ MAINTENANCE_KEY = "incremental_assets.maintenance"
 class MaintenanceSettings:
     """What to do to each Delta table.
 
-    ``zorder`` rewrites every file sorted along
+    ``target_size`` is the size compaction aims for (default: about ``ROWS_PER_FILE``
+    rows of the table, ``target_file_bytes``). ``zorder`` rewrites every file sorted along
     these columns (e.g. the keys), which keeps each file's key range narrow so merges
     rewrite fewer files, at the price of rewriting the whole table; without it, compaction
     bin-packs small files only. ``purge`` first rewrites the files whose rows deletion
@@ -191,11 +192,27 @@ def _optimize(
     if settings.zorder:
         sql += f" ZORDER BY ({', '.join(_quoted(c) for c in settings.zorder)})"
     conf = _tag("zorder" if settings.zorder else "compact")
-    if settings.target_size:
-        conf["spark.databricks.delta.optimize.maxFileSize"] = str(settings.target_size)
+    size = settings.target_size or target_file_bytes(target.open())
+    if size:
+        # Files of at least half the target are left as they are: compaction packs the
+        # small files increments add, and never merges the first write's bounded files.
+        conf["spark.databricks.delta.optimize.maxFileSize"] = str(size)
+        conf["spark.databricks.delta.optimize.minFileSize"] = str(size // 2)
     with delta_commits.session_settings(spark, conf):
         metrics = spark.sql(sql).collect()[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def target_file_bytes(table: DeltaTable) -> int | None:
+    """The size of a file of ``ROWS_PER_FILE`` rows of this table, from its live files'
+    bytes per row (None for an empty table): what compaction aims for, so it keeps the
+    files about as large as the first write made them."""
+    files = delta_io.live_files(table)
+    rows = pc.sum(files.column("num_records")).as_py() if files.num_rows else 0
+    if not rows:
+        return None
+    size = pc.sum(files.column("size_bytes")).as_py() or 0
+    return max(int(size / rows * ROWS_PER_FILE), 1)
 
 
 def _purge(spark: SparkSession, target: DeltaTarget) -> tuple[int, int]:

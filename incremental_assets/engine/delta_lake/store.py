@@ -58,6 +58,11 @@ NO_CURSOR = -(2**63)
 # The newest commits read for a table's state; older ones only when these lack what is
 # looked for.
 _RECENT_COMMITS = 20
+# Rows per file of a table's first write (its staged rows come in key order, so each file
+# holds a narrow key range): a merge reads, and without deletion vectors rewrites, whole
+# files, so their size bounds what an increment costs however large the table grows.
+# Maintenance compacts to files of about as many bytes (``maintenance.target_file_bytes``).
+ROWS_PER_FILE = 1_000_000
 # The columns Delta refuses in a table without column mapping.
 _NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
@@ -427,7 +432,10 @@ class DeltaTarget:
                     record,
                     mode="error",
                     partition_by=partition_by,
-                    options=table_options(columns, deletion_vectors),
+                    options={
+                        **table_options(columns, deletion_vectors),
+                        "maxRecordsPerFile": str(ROWS_PER_FILE),
+                    },
                     table=self.catalog_table,
                     **transaction,
                 ),
