@@ -1,28 +1,31 @@
 """What ``incremental_vs_full.py`` loads: source scenarios and the strategy cases on them.
 
-A **scenario** builds a source of N rows with pyarrow and delta-rs, and an increment that
-changes it the way such a source changes:
+A **scenario** builds a source of N rows with pyarrow and delta-rs, and increments that
+change it the way such a source changes (round after round, for the repeated-runs
+measurement):
 
 - ``orders``: an operational table updated in place (a delta-rs merge); the increment
   updates recent orders and inserts new ones;
 - ``orders_feed``: the change feed of the same orders (I/U/D events, a log sequence number
   ``lsn``), appended to; the increment mixes updates, inserts and deletes, with some keys
-  changed twice and some events delivered twice.
+  changed twice and some events delivered twice;
+- ``events``: the orders as an append-only table; the increment appends new events.
 
 A **case** is a table spec's strategy on a scenario, with the counts its incremental run
 must report. The cases of one scenario share its source at each size. To add a strategy,
 add a ``Case`` to ``CASES``; for example an SCD2 history fed by the change feed::
 
     Case(
-        "scd2_cdc",
+        "scd2",
         ORDERS_FEED,  # or ORDERS, for SCD2 fed by upsert-style rows
         {"kind": "scd2", "changes": {"kind": "cdc"}},  # the spec's strategy, as in YAML
         expect=None,  # or a function of the Increment: (inserted, updated, deleted)
         note="...",
     )
 
-and ``--cases scd2_cdc`` runs it. A case's incremental target is checked against a full
-reload of the same source (row counts; row by row with ``--verify``) unless
+and ``--cases scd2`` runs it. The hand-written baselines (``contenders.py``) follow the
+case's ``kind``. A case's incremental target is checked against the engine's full reload
+of the same source (row counts; row by row with ``--verify``) unless
 ``reload_equal=False`` (SCD2 fed by ``ORDERS``, whose source keeps no history).
 """
 
@@ -48,6 +51,7 @@ STEP_US = 86_400_000_000 // ORDERS_PER_DAY  # created_at spacing between consecu
 MAX_UPDATE_LAG_US = 2 * 3_600_000_000  # a row's updated_at trails its created_at by < 2h
 RECENT_ROWS = 200_000  # updates and deletes hit orders among the last this many
 INCREMENT_SPAN_US = 10 * 60_000_000  # the increment is stamped within 10 minutes
+ROUND_US = 3_600_000_000  # a later round's increment is stamped an hour after the one before
 STATUSES = pa.array(["placed", "paid", "packed", "shipped", "delivered", "cancelled"])
 SCHEMA = pa.schema(
     [
@@ -135,9 +139,10 @@ def last_existing_update_us(rows: int) -> int:
     return HISTORY_START_US + (rows - 1) * STEP_US + MAX_UPDATE_LAG_US
 
 
-def increment_start_us(rows: int) -> int:
-    """Increments are stamped from one hour after everything in the initial source."""
-    return last_existing_update_us(rows) + 3_600_000_000
+def increment_start_us(rows: int, round_: int = 0) -> int:
+    """Increments are stamped from one hour after everything in the initial source; each
+    later round an hour after the one before."""
+    return last_existing_update_us(rows) + 3_600_000_000 + round_ * ROUND_US
 
 
 def recent_ids(rows: int, n: int, rng: random.Random, what: str) -> list[int]:
@@ -176,7 +181,7 @@ class Scenario(Protocol):
 
     def write_source(self, path: str, rows: int, chunk_rows: int) -> int: ...
 
-    def increment(self, rows: int, size: int, seed: int) -> Increment: ...
+    def increment(self, rows: int, size: int, seed: int, round_: int = 0) -> Increment: ...
 
     def apply(self, path: str, increment: Increment) -> str: ...
 
@@ -220,18 +225,21 @@ class OrdersTable:
             del chunk
         return _written_files(path)
 
-    def increment(self, rows: int, size: int, seed: int) -> Increment:
+    def increment(self, rows: int, size: int, seed: int, round_: int = 0) -> Increment:
+        """Round ``round_`` (0 first) of the increments: later rounds insert the orders
+        after the earlier rounds' and update recent orders again."""
         updates = size // 2
         inserts = size - updates
-        rng = random.Random(seed)
-        start_us = increment_start_us(rows)
+        rng = random.Random(seed + round_)
+        start_us = increment_start_us(rows, round_)
         updated_ids = sorted(recent_ids(rows, updates, rng, "updates"))
 
         def stamps(n: int, seed: int) -> pa.Array:
             return pc.add(_scaled_int(n, seed, INCREMENT_SPAN_US), start_us)
 
         changed = orders_with_ids(updated_ids, stamps(updates, seed + 11), seed + 10, rows)
-        new_ids = list(range(rows + 1, rows + 1 + inserts))
+        first_new = rows + 1 + round_ * size
+        new_ids = list(range(first_new, first_new + inserts))
         new = orders_with_ids(new_ids, stamps(inserts, seed + 12), seed + 20, rows)
         return Increment(
             table=pa.concat_tables([changed, new]),
@@ -297,27 +305,31 @@ class OrdersFeed:
             del chunk
         return _written_files(path)
 
-    def increment(self, rows: int, size: int, seed: int) -> Increment:
+    def increment(self, rows: int, size: int, seed: int, round_: int = 0) -> Increment:
+        """Round ``round_`` (0 first): later rounds insert orders after the earlier rounds'
+        and carry sequence numbers after theirs."""
         update_events = size * 2 // 5
         inserts = size * 2 // 5
         deletes = size - update_events - inserts
         twice = update_events // 20
         updated_keys = update_events - twice
-        rng = random.Random(seed)
+        rng = random.Random(seed + round_)
         existing = recent_ids(rows, updated_keys + deletes, rng, "updates and deletes")
+        first_new = rows + 1 + round_ * size
         updated, deleted = existing[:updated_keys], existing[updated_keys:]
         events = (
             [(k, "U") for k in updated]
             + [(k, "U") for k in rng.sample(updated, twice)]
-            + [(k, "I") for k in range(rows + 1, rows + 1 + inserts)]
+            + [(k, "I") for k in range(first_new, first_new + inserts)]
             + [(k, "D") for k in deleted]
         )
         rng.shuffle(events)  # lsn order: the order the changes happened in
-        start_us = increment_start_us(rows)
+        start_us = increment_start_us(rows, round_)
         step = INCREMENT_SPAN_US // len(events)
         stamps = pa.array([start_us + i * step for i in range(len(events))], pa.int64())
         images = orders_with_ids([k for k, _ in events], stamps, seed + 10, rows)
-        lsn = pa.array(range(rows + 1, rows + 1 + len(events)), pa.int64())
+        first_lsn = rows + 1 + round_ * 2 * size
+        lsn = pa.array(range(first_lsn, first_lsn + len(events)), pa.int64())
         table = _as_events(images, pa.array([op for _, op in events]), lsn)
         duplicates = size // 20
         again = table.take(pa.array(sorted(rng.sample(range(len(events)), duplicates))))
@@ -345,8 +357,36 @@ def _as_events(rows: pa.Table, op: str | pa.Array, lsn: pa.Array) -> pa.Table:
     return rows.append_column("op", ops).append_column("lsn", lsn).cast(FEED_SCHEMA)
 
 
+class Events(OrdersTable):
+    """An append-only table (the orders as events, never changed once written), one ~1M-row
+    file per chunk. Its increment: new events only, appended."""
+
+    name = "events"
+
+    def increment(self, rows: int, size: int, seed: int, round_: int = 0) -> Increment:
+        start_us = increment_start_us(rows, round_)
+        first_new = rows + 1 + round_ * size
+        stamps = pc.add(_scaled_int(size, seed + 12, INCREMENT_SPAN_US), start_us)
+        new = orders_with_ids(list(range(first_new, first_new + size)), stamps, seed + 20, rows)
+        return Increment(
+            table=new,
+            first_us=start_us,
+            last_us=start_us + INCREMENT_SPAN_US,
+            inserts=size,
+            updated_keys=0,
+            deletes=0,
+            events=size,
+            description=f"{size:,} new events appended",
+        )
+
+    def apply(self, path: str, increment: Increment) -> str:
+        write_deltalake(path, increment.table, mode="append")
+        return f"{increment.events} events appended"
+
+
 ORDERS = OrdersTable()
 ORDERS_FEED = OrdersFeed()
+EVENTS = Events()
 
 
 # --- cases ------------------------------------------------------------------------------
@@ -361,18 +401,27 @@ class Case:
     strategy: Any  # the spec's ``strategy``, as in tables.yaml
     # The (inserted, updated, deleted) the incremental run must report; None: not checked.
     expect: Callable[[Increment], Counts] | None
-    sizes: tuple[int, ...] = (5_000_000,)  # default target sizes
+    sizes: tuple[int, ...] = (1_000_000, 5_000_000, 20_000_000)  # default target sizes
     note: str = ""
     # Whether a full reload of the source rebuilds the incremental target exactly. Not
     # for a history (scd2) fed by a table that keeps only current rows: its reload lacks
     # the closed versions.
     reload_equal: bool = True
-    # Whether a plain MERGE by key of the changed source rows gives the same target, so the
-    # hand-written baselines (a notebook's MERGE, dlt's merge) are measured beside it.
-    merge_baselines: bool = False
+    # Whether dlt can apply the case's increment to a Delta table (dlt's Delta destination
+    # has upsert, insert-only and append; not scd2).
+    dlt: bool = True
 
     def spec(self, source: str, target: str) -> TableSpec:
         return self.scenario.spec(source, target, self.strategy)
+
+    @property
+    def kind(self) -> str:
+        """upsert, cdc_hard, cdc_soft, scd2 or append: what the hand-written baselines do."""
+        if isinstance(self.strategy, str):
+            return self.strategy
+        if self.strategy["kind"] == "cdc":
+            return f"cdc_{self.strategy.get('deletes', 'hard')}"
+        return self.strategy["kind"]
 
 
 CASES: dict[str, Case] = {
@@ -383,8 +432,6 @@ CASES: dict[str, Case] = {
             ORDERS,
             "upsert",
             expect=lambda inc: (inc.inserts, inc.updated_keys, 0),
-            sizes=(1_000_000, 5_000_000, 20_000_000),
-            merge_baselines=True,
         ),
         Case(
             "cdc_hard",
@@ -402,12 +449,20 @@ CASES: dict[str, Case] = {
             note="deleted rows kept with is_deleted (counted as updates)",
         ),
         Case(
-            "scd2_cdc",
+            "scd2",
             ORDERS_FEED,
             {"kind": "scd2", "changes": {"kind": "cdc"}},
             expect=None,
             note="history of the feed: every change a version (valid_from, valid_to, "
             "is_current); the change log in <target>__changes",
+            dlt=False,
+        ),
+        Case(
+            "append",
+            EVENTS,
+            "append",
+            expect=lambda inc: (inc.inserts, 0, 0),
+            note="insert-only events; a key seen before is ignored",
         ),
     ]
 }

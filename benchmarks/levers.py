@@ -1,0 +1,222 @@
+"""What each lever of the commit path buys, measured on the same increment: one initial
+target per case and size, copied for every variant, each variant's incremental run timed
+in turn (rounds interleaved, median reported), in one Spark session.
+
+Variants (``--variants``, default all):
+
+- ``plain``: a target without deletion vectors (the default): the rows that act, joined
+  with the target and written beside the increment, then merged (two passes);
+- ``dv``: the target with deletion vectors (the documented migration), one pass: the
+  MERGE reads the staged rows and its clauses alone decide;
+- ``dv: two passes``: deletion vectors, but the two-pass commit (what one pass buys);
+- ``dv: optimized writes``: ``spark.databricks.delta.optimizeWrite.enabled``;
+- ``plain: 8 files``, ``dv: 8 files``: the copy rewritten in key order into 8 files, as
+  the first write made them before it bounded its files (``ROWS_PER_FILE``, 1M rows);
+- ``plain: files of 250k rows``, ``dv: files of 250k rows``: smaller files than that;
+- ``dv: no repartition``: ``spark.databricks.delta.merge.repartitionBeforeWrite.enabled``
+  off (Delta's merge shuffles its output before writing by default);
+- ``dv: materialized source``: ``spark.databricks.delta.merge.materializeSource`` back to
+  Delta's default ``auto`` (the engine sets ``none``: its source is staged Parquet).
+
+    .venv/bin/python benchmarks/levers.py --cases upsert,cdc_hard --sizes 5000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+from bench_cases import CASES
+from bench_report import table
+from incremental_vs_full import (
+    Bench,
+    copy_table,
+    enable_deletion_vectors,
+    increment_request,
+    initial_request,
+    side_tables,
+)
+
+from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.delta_lake import io as delta_io
+
+VARIANTS = {
+    "plain": {"dv": False},
+    "dv": {"dv": True},
+    "dv: two passes": {"dv": True, "two_pass": True},
+    "dv: optimized writes": {
+        "dv": True,
+        "conf": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
+    },
+    "plain: 8 files": {"dv": False, "files": 8},
+    "plain: files of 250k rows": {"dv": False, "file_rows": 250_000},
+    "dv: 8 files": {"dv": True, "files": 8},
+    "dv: files of 250k rows": {"dv": True, "file_rows": 250_000},
+    "dv: no repartition": {
+        "dv": True,
+        "conf": {"spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false"},
+    },
+    "dv: materialized source": {
+        "dv": True,
+        "conf": {"spark.databricks.delta.merge.materializeSource": "auto"},
+    },
+}
+
+
+class TwoPassTarget(DeltaTarget):
+    """The commit as on a table without deletion vectors, whatever the table: the staged
+    rows that act, joined with the target and written beside the increment, then merged."""
+
+    def merges_in_one_pass(self, state) -> bool:
+        return False
+
+
+def layout_of(settings: dict, rows: int) -> int | None:
+    """Rows per file of the variant's target, when it rewrites the first write's files."""
+    if "files" in settings:
+        return -(-rows // settings["files"])
+    return settings.get("file_rows")
+
+
+def rewrite_in_files(spark, path: str, rows_per_file: int, key: str) -> None:
+    """The table's rows rewritten in key order, in files of at most ``rows_per_file``."""
+    rows = spark.read.format("delta").load(path)
+    n = max(1, -(-rows.count() // rows_per_file))
+    (
+        rows.repartitionByRange(n, key)
+        .sortWithinPartitions(key)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("maxRecordsPerFile", rows_per_file)
+        .save(path)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default="upsert,cdc_hard")
+    parser.add_argument("--sizes", default="5000000,20000000")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--increment", type=int, default=50_000)
+    parser.add_argument("--chunk-rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--data-dir", default=str(Path(__file__).resolve().parent / ".data" / "levers")
+    )
+    args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}; use {', '.join(VARIANTS)}")
+    bench = Bench(args)
+    spark = bench.spark
+    body = []
+    try:
+        for rows in [int(s) for s in args.sizes.split(",")]:
+            for name in args.cases.split(","):
+                case = CASES[name]
+                body += measure_case(bench, case, rows, variants, args)
+                print(table(HEADER, body, left=3), flush=True)
+    finally:
+        spark.stop()
+    print()
+    print(table(HEADER, body, left=3))
+    return 0
+
+
+HEADER = [
+    "case",
+    "size",
+    "variant",
+    "median s",
+    "runs s",
+    "task CPU s (median)",
+    "commit s",
+    "rows written",
+    "files -removed +added",
+    "MB read",
+    "Spark jobs",
+]
+
+
+def measure_case(bench: Bench, case, rows: int, variants: list[str], args) -> list[list[str]]:
+    spark = bench.spark
+    root = Path(args.data_dir) / f"{case.name}_{rows}"
+    shutil.rmtree(root, ignore_errors=True)
+    stage = root / "stage"
+    stage.mkdir(parents=True)
+    source = str(root / "source")
+    case.scenario.write_source(source, rows, args.chunk_rows)
+    base = str(root / "initial")
+    spec = case.spec(source, base)
+    bench.load("initial", spec, DeltaTarget(spec.name, base), initial_request(rows), stage)
+    layouts = {}
+    for variant in variants:
+        layout = layout_of(VARIANTS[variant], rows)
+        if layout and layout not in layouts:
+            path = str(root / f"layout_{layout}")
+            copy_table(base, path)
+            rewrite_in_files(spark, path, layout, case.spec(source, path).keys[0])
+            layouts[layout] = path
+    increment = case.scenario.increment(rows, args.increment, seed=rows)
+    case.scenario.apply(source, increment)
+    request = increment_request(increment, "incremental")
+    runs: dict[str, list] = {v: [] for v in variants}
+    for round_ in range(args.rounds):
+        for variant in variants if round_ % 2 == 0 else list(reversed(variants)):
+            settings = VARIANTS[variant]
+            origin = layouts.get(layout_of(settings, rows), base)
+            path = str(root / "run")
+            copy_table(origin, path)
+            for side in side_tables(base):
+                copy_table(side, path + side.removeprefix(base))
+            if settings["dv"]:
+                enable_deletion_vectors(spark, path)
+            kind = TwoPassTarget if settings.get("two_pass") else DeltaTarget
+            target = kind(spec.name, path)
+            conf = settings.get("conf", {})
+            before = {k: spark.conf.get(k, None) for k in conf}
+            for k, v in conf.items():
+                spark.conf.set(k, v)
+            try:
+                run = bench.load(variant, case.spec(source, path), target, request, stage)
+            finally:
+                for k, v in before.items():
+                    spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+            assert delta_io.writes_deletion_vectors(target.open()) == settings["dv"]
+            runs[variant].append(run)
+            print(
+                f"[{rows:,} {case.name}] {variant}: {run.seconds:.2f}s "
+                f"{run.result.phase_seconds} {run.rows_written:,} rows written",
+                flush=True,
+            )
+            for p in [path, *side_tables(path)]:
+                shutil.rmtree(p, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+    out = []
+    for variant in variants:
+        found = sorted(runs[variant], key=lambda r: r.seconds)
+        mid = found[len(found) // 2]
+        out.append(
+            [
+                case.name,
+                f"{rows:,}",
+                variant,
+                f"{mid.seconds:.2f}",
+                " ".join(f"{r.seconds:.1f}" for r in runs[variant]),
+                f"{statistics.median(r.measure.cpu_seconds for r in found):.1f}",
+                f"{statistics.median(r.result.phase_seconds.get('commit', 0) for r in found):.2f}",
+                f"{mid.rows_written:,}",
+                f"-{mid.files_removed} +{mid.files_added}",
+                f"{mid.measure.bytes_read / 1e6:,.0f}",
+                str(len(mid.measure.jobs)),
+            ]
+        )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
