@@ -30,6 +30,14 @@ def test_only_files_whose_key_range_brackets_a_touched_key_are_kept(tmp_path):
     # A key between two files' ranges (but inside none) keeps nothing.
     assert delta_io.files_holding(actions, KeySet("k", [301])) == []
     assert len(delta_io.files_holding(actions, KeySet("k", [1, 300]))) == 2
+    # Keys too many to list are pruned by their range: every file overlapping 120..205.
+    spans = KeySet("k", [120, 205], spans=True)
+    assert _file_keys(delta_io.files_holding(actions, spans)) == [
+        (101, 200),
+        (150, 160),
+        (201, 300),
+    ]
+    assert delta_io.may_hold_sql(spans) == "`k` BETWEEN 120 AND 205"
 
 
 def test_string_keys_prune_by_statistics_even_when_truncated(tmp_path):
@@ -50,5 +58,9 @@ def test_touched_keys_are_distinct_sorted_and_refused_over_the_limit(spark):
     assert delta_io.touched_keys(rows, ["k"], at_most=4) == KeySet("k", [1, 3])
     assert delta_io.touched_keys(rows, ["k"], limit=1, at_most=4) is None
     assert delta_io.touched_keys(rows.limit(0), ["k"], at_most=0) == KeySet("k", [])
+    # More than `listed` keys: only their range, no list collected to the driver.
+    assert delta_io.touched_keys(rows, ["k"], listed=1) == KeySet("k", [1, 3], spans=True)
+    nothing = rows.filter("k IS NULL")
+    assert delta_io.touched_keys(nothing, ["k"]) == KeySet("k", [])
     stamped = spark.createDataFrame([(1.5,)], "k double")
     assert delta_io.touched_keys(stamped, ["k"]) is None

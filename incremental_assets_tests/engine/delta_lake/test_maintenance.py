@@ -12,11 +12,14 @@ from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.engine import DeltaTarget, checks
+from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.maintenance import (
     MaintenanceSettings,
     maintain,
     maintain_table,
+    target_file_bytes,
 )
+from incremental_assets.engine.delta_lake.store import ROWS_PER_FILE
 from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs import load_project
 from incremental_assets_tests.builders import at, load, make_spec
@@ -79,6 +82,12 @@ def test_compaction_leaves_contents_cursor_and_last_load_identical(spark, loaded
     spec, target = loaded
     before = DeltaTable(target.path)
     state = target.state("timestamp")
+    # Compaction aims for files of ROWS_PER_FILE rows at the table's bytes per row.
+    files = delta_io.live_files(before)
+    per_row = sum(files.column("size_bytes").to_pylist()) / sum(
+        files.column("num_records").to_pylist()
+    )
+    assert target_file_bytes(before) == int(per_row * ROWS_PER_FILE)
 
     result = maintain(spark, target, MaintenanceSettings(retention_hours=None))
 
