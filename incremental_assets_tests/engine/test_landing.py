@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.engine import landing
+from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.explain import explain_landing
 from incremental_assets.engine.landing import FileIndex, list_files, load_landing, newest_versions
@@ -285,3 +286,19 @@ def test_explain_lists_the_files_the_next_run_would_load_and_writes_nothing(spar
     status = table_status(spec, bronze)
     assert status.last_run.cursor_before is None and status.last_run.cursor_after is None
     assert status.to_json()["last_run"]["cursor_before"] is None
+
+
+def test_a_landing_table_asking_for_deletion_vectors_is_created_with_them(spark, folder, bronze):
+    plain = landing_spec(folder)
+    spec = plain.model_copy(
+        update={"target": plain.target.model_copy(update={"deletion_vectors": True})}
+    )
+    drop(folder, "a.json", [invoice(1), invoice(2)])
+    load_landing(spark, spec, bronze, now=NOW)
+    drop(folder, "b.json", [invoice(3)])
+
+    second = load_landing(spark, spec, bronze, now=NOW)
+
+    assert delta_io.writes_deletion_vectors(DeltaTable(bronze.path))
+    assert second.commit.rows_inserted == 1
+    assert spark.read.format("delta").load(bronze.path).count() == 3
