@@ -148,6 +148,23 @@ class Storage:
         return [read, *owned] if read is not None else owned
 
 
+def readable_by_spark(location: str | None) -> str | None:
+    """``location``, or ValueError when Spark's Hadoop connectors cannot open it: an
+    ``az://`` URI without its storage account (delta-rs finds the account in its storage
+    options; hadoop-azure only in the URI, so Spark's first read would fail with "No
+    FileSystem for scheme az")."""
+    if location and location[:5].lower() == "az://":
+        host = location[5:].split("/", 1)[0]
+        if "@" not in host:
+            raise ValueError(
+                f"'{location}' names no storage account, which Spark's Azure connector "
+                f"needs in the URI: write az://{host or '<container>'}@<account>"
+                ".blob.core.windows.net/<path> (or abfss://<container>@<account>"
+                ".dfs.core.windows.net/<path>)"
+            )
+    return location
+
+
 def normal_location(location: str) -> str:
     """``location`` in one form per place: local paths absolute with symlinks resolved and
     no trailing ``/``; URIs with the scheme's family (``s3a`` -> ``s3``, ``abfss`` with

@@ -43,7 +43,12 @@ from incremental_assets.specs.landing import (
     OBJECT_STORE_SCHEMES,
     LandingSpec,
 )
-from incremental_assets.specs.locations import reserved_name, reserved_suffix, same_location
+from incremental_assets.specs.locations import (
+    readable_by_spark,
+    reserved_name,
+    reserved_suffix,
+    same_location,
+)
 from incremental_assets.specs.names import (
     ColumnList,
     ColumnName,
@@ -277,7 +282,7 @@ class SourceSpec(_Spec):
         # A Delta source may be named in the catalog instead (checked with source.table).
         if fmt not in (None, "jdbc", "delta") and value is None:
             raise PydanticCustomError("missing", "Field required")
-        return value
+        return readable_by_spark(value)
 
     @field_validator("options")
     @classmethod
@@ -572,7 +577,7 @@ class TargetSpec(_Spec):
     @field_validator("path")
     @classmethod
     def _leaves_room_for_side_tables(cls, value: str | None) -> str | None:
-        return short_target_folder(value)
+        return short_target_folder(readable_by_spark(value))
 
 
 class RuleSpec(_Spec):
@@ -870,6 +875,13 @@ class WarehouseSpec(_Spec):
         "'http://minio:9000', allow_http: 'true'}. No secrets: delta-rs reads those from "
         "the environment (AWS_SECRET_ACCESS_KEY, AZURE_STORAGE_ACCOUNT_KEY, ...).",
     )
+
+    @field_validator("root")
+    @classmethod
+    def _root_readable_by_spark(cls, value: str) -> str:
+        located = readable_by_spark(value)
+        assert located is not None
+        return located
 
     @field_validator("storage_options")
     @classmethod

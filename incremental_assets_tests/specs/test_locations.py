@@ -144,3 +144,32 @@ def test_a_target_holding_another_tables_loads_is_refused_and_left_unchanged(spa
     owner = DeltaTarget("orders", path)
     assert owner.state("timestamp").version == before
     assert [r[0] for r in target_rows(owner)] == [1]
+
+
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [("target", "target.path"), ("source", "source.path"), ("warehouse", "warehouse.root")],
+)
+def test_an_azure_uri_without_its_account_is_refused_naming_the_field_and_the_form(
+    tmp_path, where, field
+):
+    # delta-rs would take the account from storage options; Spark's connector cannot, and
+    # would fail the first read with "No FileSystem for scheme az".
+    uri = "az://lake/wh/orders"
+    raw = table("orders", uri if where == "target" else None)
+    if where == "source":
+        raw["source"]["path"] = uri
+    project = {"warehouse": {"root": uri if where == "warehouse" else "./warehouse"}}
+
+    with pytest.raises(SpecError) as info:
+        parse_project({**project, "tables": [raw]}, source="tables.yaml", base_dir=tmp_path)
+
+    text = str(info.value)
+    assert field in text
+    assert "names no storage account" in text
+    assert "az://lake@<account>.blob.core.windows.net/<path>" in text
+    # With its account it loads.
+    good = "az://lake@acct.blob.core.windows.net/wh/orders"
+    raw = table("orders", good)
+    raw = {"warehouse": {"root": "./warehouse"}, "tables": [raw]}
+    parse_project(raw, source="tables.yaml", base_dir=tmp_path)
