@@ -200,9 +200,12 @@ def feed(*events: tuple) -> pa.Table:
     return table_of(FEED, list(events))
 
 
-def feed_spec(path: Path, strategy: Any, source_format: str = "parquet") -> TableSpec:
+def feed_spec(
+    path: Path, strategy: Any, source_format: str = "parquet", **overrides: Any
+) -> TableSpec:
     """A table over a folder of ``feed`` files (or a Delta table of them): key ``id``,
-    ``lsn`` as an id watermark, partitions by ``changed_at``."""
+    ``lsn`` as an id watermark, partitions by ``changed_at``; ``overrides`` as
+    ``make_spec``'s."""
     return make_spec(
         str(path),
         source={"format": source_format},
@@ -210,6 +213,7 @@ def feed_spec(path: Path, strategy: Any, source_format: str = "parquet") -> Tabl
         watermark={"column": "lsn", "kind": "id", "lookback": 0},
         partitioning={"column": "changed_at"},
         strategy=strategy,
+        **overrides,
     )
 
 

@@ -15,7 +15,14 @@ from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.maintenance import MaintenanceSettings, maintain
 from incremental_assets.engine.delta_lake.store import row_count
-from incremental_assets_tests.builders import ParquetFolder, at, feed, load, make_spec
+from incremental_assets_tests.builders import (
+    ParquetFolder,
+    at,
+    feed,
+    feed_spec,
+    load,
+    make_spec,
+)
 
 DV = {"deletion_vectors": True}
 
@@ -89,15 +96,7 @@ def test_only_rows_that_changed_something_are_attributed_to_their_partitions(
 
 def test_hard_deletes_on_deletion_vectors_are_left_out_of_the_row_count(spark, tmp_path):
     folder = ParquetFolder(tmp_path / "feed")
-    spec = make_spec(
-        str(folder.path),
-        source={"format": "parquet"},
-        keys=["id"],
-        watermark={"column": "lsn", "kind": "id", "lookback": 0},
-        partitioning={"column": "changed_at"},
-        strategy={"kind": "cdc", "deletes": "hard"},
-        target=DV,
-    )
+    spec = feed_spec(folder.path, {"kind": "cdc", "deletes": "hard"}, target=DV)
     target = DeltaTarget("orders", str(tmp_path / "target"))
     folder.drop(feed(*[(i, "a", "I", i, at(1, 1)) for i in range(1, 21)]))
     load(spark, spec, target, 1)
