@@ -15,7 +15,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES, quarantine_folder
-from incremental_assets.specs.locations import Storage, catalog_overlaps, conflicts
+from incremental_assets.specs.locations import (
+    Storage,
+    catalog_overlaps,
+    conflicts,
+    readable_by_spark,
+)
 from incremental_assets.specs.models import (
     ConnectionSpec,
     ProjectSpec,
@@ -100,6 +105,20 @@ def load_project(path: str | os.PathLike[str]) -> ProjectSpec:
     return parse_project(raw, source=str(path), base_dir=path.parent)
 
 
+def _landing_read_in_place(spec: TableSpec, target: str) -> list[tuple[str | None, str, str]]:
+    """An az:// landing folder without its account, where Spark reads its files in place:
+    a target on an object store. Into a local warehouse delta-rs copies the new files
+    first and finds the account in the storage options."""
+    if spec.landing is None or "://" not in target:
+        return []
+    try:
+        readable_by_spark(spec.source.path)
+    except ValueError as error:
+        why = "the target is on an object store, so Spark reads the landing files in place"
+        return [(spec.name, "source.path", f"{error} ({why})")]
+    return []
+
+
 def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, [(None, "file", "must be a mapping with 'warehouse' and 'tables'")])
@@ -161,6 +180,8 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
     if warehouse is not None:
         root = warehouse.root.rstrip("/")
         problems.extend(conflicts(_storage(t, t.target.path or f"{root}/{t.name}") for t in tables))
+        for t in tables:
+            problems.extend(_landing_read_in_place(t, t.target.path or f"{root}/{t.name}"))
     problems.extend(catalog_overlaps((t.name, t.target.table) for t in tables))
 
     if problems:

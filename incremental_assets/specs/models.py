@@ -282,7 +282,7 @@ class SourceSpec(_Spec):
         # A Delta source may be named in the catalog instead (checked with source.table).
         if fmt not in (None, "jdbc", "delta") and value is None:
             raise PydanticCustomError("missing", "Field required")
-        return readable_by_spark(value)
+        return value
 
     @field_validator("options")
     @classmethod
@@ -315,7 +315,12 @@ class SourceSpec(_Spec):
                 )
         elif self.schema_ddl is not None:
             raise ValueError("a jdbc source takes its schema from the database; remove schema")
-        if self.landing is not None:
+        if self.landing is None:  # a landing folder: see ProjectSpec
+            try:
+                readable_by_spark(self.path)
+            except ValueError as error:
+                raise ValueError(f"source.path: {error}") from None
+        else:
             if self.format not in ("json", "csv", "parquet"):
                 raise ValueError(
                     f"landing: a landing folder holds json, csv or parquet files, not "

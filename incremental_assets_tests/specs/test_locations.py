@@ -173,3 +173,27 @@ def test_an_azure_uri_without_its_account_is_refused_naming_the_field_and_the_fo
     raw = table("orders", good)
     raw = {"warehouse": {"root": "./warehouse"}, "tables": [raw]}
     parse_project(raw, source="tables.yaml", base_dir=tmp_path)
+
+
+def test_an_azure_landing_folder_needs_its_account_only_where_spark_reads_it_in_place(tmp_path):
+    # Into a local warehouse delta-rs copies the new files first, finding the account in
+    # the storage options; into an object-store warehouse Spark reads them in place.
+    landing = {
+        "name": "invoices_bronze",
+        "source": {
+            "format": "json",
+            "path": "az://landing/invoices",
+            "schema": "id BIGINT",
+            "landing": {},
+        },
+        "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+    }
+    local = {"warehouse": {"root": "./warehouse"}, "tables": [landing]}
+    parse_project(local, source="tables.yaml", base_dir=tmp_path)
+
+    remote = {"warehouse": {"root": "s3://lake/wh"}, "tables": [landing]}
+    with pytest.raises(SpecError) as info:
+        parse_project(remote, source="tables.yaml", base_dir=tmp_path)
+    text = str(info.value)
+    assert "invoices_bronze" in text and "source.path" in text
+    assert "az://landing@<account>.blob.core.windows.net/<path>" in text
