@@ -202,8 +202,8 @@ class Token:
         return self.text.lower()
 
 
-def tokenize(text: str) -> list[Token]:
-    """Split a Spark SQL expression into tokens.
+def tokenize(text: str, what: str = "a check") -> list[Token]:
+    """Split a Spark SQL expression (or query: ``what`` names it in errors) into tokens.
 
     Raises:
         RuleExpressionError: a ``${`` (even inside a string or a quoted name), a statement
@@ -226,7 +226,7 @@ def tokenize(text: str) -> list[Token]:
         elif text.startswith(("--", "/*"), i):
             raise RuleExpressionError(
                 f"{text[i : i + 2]!r} at position {i + 1} starts a comment; comments can hide "
-                "what a check runs, so they are not allowed in a check"
+                f"what {what} runs, so they are not allowed in {what}"
             )
         elif c in _QUOTES:
             value, end = _quoted(text, i)
@@ -308,6 +308,22 @@ def function_refusal(name: str) -> str | None:
         f"{name}() is not one of the functions a check may call: only deterministic "
         f"row-level built-in functions are allowed, never UDFs or other functions{hint}"
     )
+
+
+# The groups of refused functions a layer's SELECT may not call either: it may aggregate,
+# rank and explode, but what it computes must depend on the rows alone (a layer refreshed
+# from what changed must give what a full recompute gives).
+_ROW_SOURCE_GROUPS = 5
+
+
+def select_function_refusal(name: str) -> str | None:
+    """Why a layer's SELECT may not call the function ``name`` (Java, files, randomness,
+    the clock, the session); None when it may."""
+    key = name.lower()
+    for names, reason in _REFUSED[:_ROW_SOURCE_GROUPS]:
+        if key in names:
+            return f"{name}() {reason}"
+    return None
 
 
 def refusal(check: str) -> str | None:

@@ -15,6 +15,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES, quarantine_folder
+from incremental_assets.specs.layers import (
+    LAYER_KINDS,
+    LAYER_MODELS,
+    LayerSpec,
+    RowLayerSpec,
+    names_read,
+)
 from incremental_assets.specs.locations import (
     Storage,
     catalog_overlaps,
@@ -49,15 +56,21 @@ _CONNECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URI_SCHEMES = (*OBJECT_STORE_SCHEMES, "file://")
 
 
+class LayerLabel(str):
+    """A problem's owner that is a declared layer, not a table."""
+
+
 class SpecError(ValueError):
-    """A table spec is invalid. ``problems`` lists (table, field, message) triples."""
+    """A table spec is invalid. ``problems`` lists (table, field, message) triples (the
+    table a :class:`LayerLabel` when the problem is a layer's)."""
 
     def __init__(self, source: str, problems: list[tuple[str | None, str, str]]):
         self.source = source
         self.problems = problems
         lines = [f"invalid table spec in {source}:"]
         for table, field, message in problems:
-            where = f"table '{table}'" if table else "top level"
+            kind = "layer" if isinstance(table, LayerLabel) else "table"
+            where = f"{kind} '{table}'" if table else "top level"
             lines.append(f"  - {where}, field '{field}': {message}")
         super().__init__("\n".join(lines))
 
@@ -123,7 +136,7 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, [(None, "file", "must be a mapping with 'warehouse' and 'tables'")])
     problems: list[tuple[str | None, str, str]] = []
-    sections = ["warehouse", "tables", "spark", "connections"]
+    sections = ["warehouse", "tables", "spark", "connections", "layers"]
     unknown = set(raw) - set(sections)
     for key in sorted(unknown):
         problems.append((None, key, _unknown_field_message(key, sections)))
@@ -183,11 +196,110 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
         for t in tables:
             problems.extend(_landing_read_in_place(t, t.target.path or f"{root}/{t.name}"))
     problems.extend(catalog_overlaps((t.name, t.target.table) for t in tables))
+    layers = _layers(raw.get("layers"), tables, problems)
 
     if problems:
         raise SpecError(source, problems)
     assert warehouse is not None
-    return ProjectSpec(warehouse=warehouse, tables=tables, spark=spark, connections=connections)
+    return ProjectSpec(
+        warehouse=warehouse, tables=tables, spark=spark, connections=connections, layers=layers
+    )
+
+
+def _layers(
+    raw: Any, tables: list[TableSpec], problems: list[tuple[str | None, str, str]]
+) -> list[LayerSpec]:
+    """The ``layers`` section: each layer after a table or an earlier layer."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append((None, "layers", "must be a list of layers (name, from, ...)"))
+        return []
+    known: dict[str, str] = {t.name: "table" for t in tables}
+    folded = {name.casefold(): name for name in known}
+    # The demo's invoice layers (demo/invoice_assets.py) are assets of these names too.
+    demo = {
+        f"{t.name.removesuffix('_bronze')}_{kind}".casefold(): t.name
+        for t in tables
+        if t.landing is not None and t.landing.refine == "invoices"
+        for kind in ("silver", "gold")
+    }
+    out: list[LayerSpec] = []
+    for index, item in enumerate(raw):
+        name = item.get("name") if isinstance(item, dict) else None
+        label = LayerLabel(name if isinstance(name, str) else f"#{index + 1}")
+        if not isinstance(item, dict):
+            problems.append((label, "-", "each layer must be a mapping (name, from, ...)"))
+            continue
+        kind = item.get("kind", "row")
+        model = LAYER_MODELS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            problems.append((label, "kind", f"got {kind!r}; use one of {', '.join(LAYER_KINDS)}"))
+            continue
+        try:
+            layer = model.model_validate({**item, "kind": kind})
+        except ValidationError as exc:
+            problems.extend(_problems(label, exc, model))
+            continue
+        other = folded.get(layer.name.casefold())
+        if other is not None:
+            what = known[other]
+            problems.append(
+                (
+                    label,
+                    "name",
+                    f"is already the name of a {what} ('{other}'); tables and layers need "
+                    "names unique regardless of case (each is a folder and an asset)",
+                )
+            )
+            continue
+        if layer.name.casefold() in demo:
+            problems.append(
+                (
+                    label,
+                    "name",
+                    f"is the name of a layer the demo builds after table "
+                    f"'{demo[layer.name.casefold()]}' (landing.refine: invoices); choose another",
+                )
+            )
+            continue
+        if "__" in layer.name:
+            problems.append(
+                (label, "name", "holds '__', which names the loader's side tables; use one '_'")
+            )
+        _check_upstream(label, layer, known, problems)
+        known[layer.name] = "layer"
+        folded[layer.name.casefold()] = layer.name
+        out.append(layer)
+    return out
+
+
+def _check_upstream(
+    label: LayerLabel,
+    layer: LayerSpec,
+    known: dict[str, str],
+    problems: list[tuple[str | None, str, str]],
+) -> None:
+    if layer.upstream not in known:
+        close = difflib.get_close_matches(layer.upstream, list(known), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        problems.append(
+            (
+                label,
+                "from",
+                f"unknown upstream {layer.upstream!r}{hint}: name a table or a layer declared "
+                f"before this one ({', '.join(known)})",
+            )
+        )
+    elif isinstance(layer, RowLayerSpec) and layer.upstream.lower() not in names_read(layer.select):
+        problems.append(
+            (
+                label,
+                "select",
+                f"does not read its upstream '{layer.upstream}': name it in the FROM clause "
+                "(each run binds that name to the upstream rows that changed)",
+            )
+        )
 
 
 def _storage(spec: TableSpec, target: str) -> Storage:

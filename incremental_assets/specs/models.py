@@ -43,6 +43,7 @@ from incremental_assets.specs.landing import (
     OBJECT_STORE_SCHEMES,
     LandingSpec,
 )
+from incremental_assets.specs.layers import LayerSpec
 from incremental_assets.specs.locations import (
     readable_by_spark,
     reserved_name,
@@ -958,6 +959,11 @@ class ProjectSpec(_Spec):
     connections: dict[str, ConnectionSpec] = Field(
         default_factory=dict, description="Databases that jdbc sources name, by name."
     )
+    layers: list[LayerSpec] = Field(
+        default_factory=list,
+        description="Declared layers after the tables (specs/layers.py), in order: each "
+        "follows a table or an earlier layer.",
+    )
 
     def table(self, name: str) -> TableSpec:
         for spec in self.tables:
@@ -965,6 +971,17 @@ class ProjectSpec(_Spec):
                 return spec
         names = ", ".join(t.name for t in self.tables)
         raise KeyError(f"no table named {name!r}; tables are: {names}")
+
+    def layer(self, name: str) -> LayerSpec:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        names = ", ".join(x.name for x in self.layers) or "none declared"
+        raise KeyError(f"no layer named {name!r}; layers are: {names}")
+
+    def layer_path(self, layer: LayerSpec) -> str:
+        """Where a layer's Delta table lives: <warehouse.root>/<name>."""
+        return f"{self.warehouse.root.rstrip('/')}/{layer.name}"
 
     def target_path(self, spec: TableSpec) -> str:
         if spec.target.path:

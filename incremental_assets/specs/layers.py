@@ -1,0 +1,245 @@
+"""Declared layers: silver and gold tables after any table of the tables file, each
+refreshed from what changed upstream (engine/declared_layers/).
+
+A layer follows one upstream, ``from``: a table or an earlier layer. Two kinds:
+
+- ``row`` (silver, the default): a SQL SELECT over the upstream (by its name) that
+  filters, casts, flattens and joins other tables or layers by name, with the layer's
+  ``keys``;
+- ``aggregate`` (gold): ``group_by`` columns of the upstream, ``aggregates`` (sum, count,
+  min, max) and an optional tumbling ``window`` of a time column.
+
+Example:
+    .. code-block:: yaml
+
+        layers:
+          - name: orders_silver
+            from: orders
+            select: |
+              SELECT o.order_id, CAST(o.amount AS DECIMAL(12, 2)) AS amount,
+                     o.updated_at, c.country
+              FROM orders o JOIN customers c ON c.customer_id = o.customer_id
+              WHERE o.status <> 'test'
+            keys: [order_id]
+          - name: revenue_hourly
+            kind: aggregate
+            from: orders_silver
+            group_by: [country]
+            window: {column: updated_at, size: 1h}
+            aggregates:
+              - {name: revenue, function: sum, column: amount}
+              - {name: orders, function: count}
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from incremental_assets.specs.durations import format_duration, parse_duration
+from incremental_assets.specs.expressions import (
+    RuleExpressionError,
+    Token,
+    select_function_refusal,
+    tokenize,
+)
+from incremental_assets.specs.names import ColumnList, ColumnName
+from incremental_assets.specs.sql_text import SqlText
+
+WINDOW_START = "window_start"
+WINDOW_END = "window_end"
+"""The columns an aggregate layer with a window adds: each group's window bounds (UTC)."""
+LAYER_KINDS = ("row", "aggregate")
+# Words that make a text something other than a query (Spark refuses them inside one too,
+# but a declaration should fail when it loads, naming the layer).
+_STATEMENTS = frozenset(
+    {"insert", "update", "delete", "merge", "create", "drop", "alter", "truncate", "optimize"}
+)
+
+
+class _Layer(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, hide_input_in_errors=True
+    )
+
+    name: str = Field(description="The layer's table and asset name (letters, digits, '_').")
+    upstream: str = Field(
+        alias="from",
+        description="The table or earlier layer this layer follows: each run reads only "
+        "what it changed since the version the layer last covered.",
+    )
+    description: str | None = None
+    group: str | None = Field(
+        default=None, description="The Dagster asset group; default the upstream's group."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not value or not (value[0].isalpha() and value.replace("_", "a").isalnum()):
+            raise ValueError(
+                f"{value!r} is not a valid layer name; use ASCII letters, digits and '_' "
+                "and start with a letter"
+            )
+        if not value.isascii() or len(value) > 200:
+            raise ValueError(f"{value!r}: use at most 200 ASCII letters, digits and '_'")
+        return value
+
+
+class RowLayerSpec(_Layer):
+    """A silver layer: one SQL SELECT over the upstream, merged by ``keys``."""
+
+    kind: Literal["row"] = "row"
+    select: SqlText = Field(
+        description="One Spark SQL SELECT (or WITH ... SELECT) reading the upstream by its "
+        "name; it may filter, cast, flatten (explode) and join other tables and layers "
+        "of the project by name. Every run applies it to the upstream rows that changed."
+    )
+    keys: ColumnList = Field(min_length=1, description="Columns of the SELECT that identify a row.")
+
+    @field_validator("select")
+    @classmethod
+    def _one_select(cls, value: str) -> str:
+        problem = select_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @property
+    def keys_of_layer(self) -> tuple[str, ...]:
+        return tuple(self.keys)
+
+
+class AggregateSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    name: ColumnName = Field(description="The output column.")
+    function: Literal["sum", "count", "min", "max"]
+    column: ColumnName | None = Field(
+        default=None, description="The upstream column aggregated; count without one counts rows."
+    )
+
+
+def _positive(value: object) -> timedelta:
+    size = parse_duration(value)
+    if size < timedelta(seconds=1):
+        raise ValueError(f"{value!r}: a window is at least 1s long; write e.g. '1h'")
+    return size
+
+
+class WindowSpec(BaseModel):
+    """A tumbling window of a time column: each row counts in the window holding it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    column: ColumnName = Field(description="The upstream timestamp column, e.g. InvoiceDate.")
+    size: Annotated[timedelta, BeforeValidator(_positive)] = Field(
+        description="The window's length, e.g. 1h or 1d (windows start at UTC midnight "
+        "multiples of it)."
+    )
+
+    @property
+    def spark_duration(self) -> str:
+        return f"{int(self.size.total_seconds())} seconds"
+
+    def __str__(self) -> str:
+        return f"{format_duration(self.size)} of {self.column}"
+
+
+class AggregateLayerSpec(_Layer):
+    """A gold layer: ``aggregates`` per ``group_by`` (and window); a run recomputes only
+    the groups the upstream's changes touched."""
+
+    kind: Literal["aggregate"]
+    group_by: ColumnList = Field(default_factory=list, description="Upstream columns grouped by.")
+    window: WindowSpec | None = Field(default=None, description="An optional tumbling window.")
+    aggregates: list[AggregateSpec] = Field(min_length=1)
+
+    @field_validator("aggregates")
+    @classmethod
+    def _unique_outputs(cls, value: list[AggregateSpec]) -> list[AggregateSpec]:
+        names = [a.name.lower() for a in value]
+        twice = sorted({a.name for a in value if names.count(a.name.lower()) > 1})
+        if twice:
+            raise ValueError(f"output names must be unique; repeated: {', '.join(twice)}")
+        return value
+
+    @model_validator(mode="after")
+    def _grouped(self) -> AggregateLayerSpec:
+        if not self.group_by and self.window is None:
+            raise PydanticCustomError(
+                "field:group_by",
+                "is empty and there is no window: give the columns to group by, a window, or both",
+            )
+        keys = {k.lower() for k in self.keys_of_layer}
+        clash = [a.name for a in self.aggregates if a.name.lower() in keys]
+        if clash:
+            raise PydanticCustomError(
+                "field:aggregates",
+                "{names}: an output has the name of a group column; rename it",
+                {"names": ", ".join(clash)},
+            )
+        return self
+
+    @property
+    def keys_of_layer(self) -> tuple[str, ...]:
+        bounds = (WINDOW_START, WINDOW_END) if self.window else ()
+        return (*self.group_by, *bounds)
+
+
+LayerSpec = RowLayerSpec | AggregateLayerSpec
+LAYER_MODELS: dict[str, type[_Layer]] = {"row": RowLayerSpec, "aggregate": AggregateLayerSpec}
+
+
+def select_problem(text: str) -> str | None:
+    """Why ``text`` is not one SELECT a layer may run; None when it is (Spark may still
+    find it invalid for the upstream's columns, which the layer's run reports)."""
+    try:
+        tokens = tokenize(text, what="a layer's select")
+    except RuleExpressionError as exc:
+        return exc.reason
+    words = [t for t in tokens if t.kind == "word"]
+    if not words or words[0].key not in ("select", "with"):
+        first = words[0].text if words else "nothing"
+        return (
+            f"starts with {first!r}: a layer's select is one query, SELECT ... or WITH ... SELECT"
+        )
+    for index, token in enumerate(tokens):
+        if token.kind != "word":
+            continue
+        if token.key in _STATEMENTS and _statement_word(tokens, index):
+            return (
+                f"{token.text.upper()} at position {token.pos + 1} is a statement: a layer's "
+                "select only reads (the layer's run writes its rows)"
+            )
+        after = tokens[index + 1] if index + 1 < len(tokens) else None
+        if after is not None and after.kind == "op" and after.text == "(":
+            reason = select_function_refusal(token.text)
+            if reason:
+                return reason
+    return None
+
+
+def _statement_word(tokens: list[Token], index: int) -> bool:
+    """Whether the word at ``index`` can start a statement: it follows nothing, a ')' (the
+    end of a WITH's query) or another statement word, and is not a column (``t.update``),
+    a function call or an alias."""
+    before = tokens[index - 1] if index else None
+    after = tokens[index + 1] if index + 1 < len(tokens) else None
+    if before is not None and before.kind == "op" and before.text == ".":
+        return False
+    if after is not None and after.kind == "op" and after.text in ("(", ".", ","):
+        return False
+    if before is None:
+        return True
+    return (before.kind == "op" and before.text == ")") or (
+        before.kind == "word" and before.key in ("into", "table")
+    )
+
+
+def names_read(text: str) -> set[str]:
+    """The words of a SELECT (lower case): the tables and layers it may name among them."""
+    return {t.key for t in tokenize(text) if t.kind in ("word", "quoted")}

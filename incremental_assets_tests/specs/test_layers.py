@@ -1,0 +1,92 @@
+"""Declared layers in the tables file (specs/layers.py): a good declaration loads with its
+kind and keys; each bad one fails at load with one problem naming the layer and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from incremental_assets.specs.layers import WINDOW_END, WINDOW_START
+from incremental_assets.specs.loader import SpecError, parse_project
+
+TABLE = {
+    "name": "orders",
+    "source": {"format": "delta", "path": "/data/source/orders"},
+    "keys": ["order_id"],
+    "watermark": {"column": "updated_at", "kind": "timestamp"},
+    "strategy": "upsert",
+    "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+}
+SILVER = {
+    "name": "orders_silver",
+    "from": "orders",
+    "select": "SELECT order_id, CAST(amount AS DOUBLE) AS amount FROM orders WHERE amount > 0",
+    "keys": ["order_id"],
+}
+GOLD = {
+    "name": "revenue_hourly",
+    "kind": "aggregate",
+    "from": "orders_silver",
+    "group_by": ["customer_id"],
+    "window": {"column": "updated_at", "size": "1h"},
+    "aggregates": [
+        {"name": "revenue", "function": "sum", "column": "amount"},
+        {"name": "orders", "function": "count"},
+    ],
+}
+
+
+def project(*layers: dict):
+    raw = {"warehouse": {"root": "/data/warehouse"}, "tables": [TABLE], "layers": list(layers)}
+    return parse_project(raw, source="tables.yaml", base_dir=Path("/data"))
+
+
+def test_declared_layers_load_with_their_kind_upstream_and_keys():
+    loaded = project(SILVER, GOLD)
+    silver, gold = loaded.layers
+    assert (silver.kind, silver.upstream, silver.keys_of_layer) == ("row", "orders", ("order_id",))
+    assert (gold.kind, gold.upstream) == ("aggregate", "orders_silver")
+    assert gold.keys_of_layer == ("customer_id", WINDOW_START, WINDOW_END)
+    assert gold.window.spark_duration == "3600 seconds"
+    assert loaded.layer_path(gold) == "/data/warehouse/revenue_hourly"
+
+
+@pytest.mark.parametrize(
+    ("layer", "field", "fragment"),
+    [
+        ({**SILVER, "from": "ordrs"}, "from", "unknown upstream 'ordrs' (did you mean 'orders'?)"),
+        ({**GOLD, "from": "later_layer"}, "from", "declared before this one"),
+        ({**SILVER, "select": "SELECT * FROM orders; DROP TABLE x"}, "select", "';'"),
+        ({**SILVER, "select": "SELECT '${env:PW}' AS pw FROM orders"}, "select", "'${'"),
+        ({**SILVER, "select": "DELETE FROM orders"}, "select", "one query"),
+        (
+            {**SILVER, "select": "WITH a AS (SELECT 1) INSERT INTO b SELECT * FROM orders"},
+            "select",
+            "INSERT at position",
+        ),
+        ({**SILVER, "select": "SELECT reflect('a', 'b') FROM orders"}, "select", "Java"),
+        ({**SILVER, "select": "SELECT * FROM customers"}, "select", "does not read its upstream"),
+        ({**SILVER, "name": "ORDERS"}, "name", "already the name of a table"),
+        ({**SILVER, "name": "orders__x"}, "name", "one '_'"),
+        ({k: v for k, v in SILVER.items() if k != "keys"}, "keys", "required"),
+        ({**SILVER, "kind": "gold"}, "kind", "use one of row, aggregate"),
+        ({**GOLD, "from": "orders", "group_by": [], "window": None}, "group_by", "no window"),
+        (
+            {**GOLD, "from": "orders", "aggregates": [{"name": "a", "function": "avg"}]},
+            "aggregates.function",
+            "'avg'",
+        ),
+        ({**GOLD, "from": "orders", "window": {"column": "t", "size": "0s"}}, "window.size", "1s"),
+    ],
+)
+def test_a_bad_declaration_is_one_problem_naming_the_layer_and_field(layer, field, fragment):
+    with pytest.raises(SpecError) as caught:
+        project(layer) if layer["name"] != "revenue_hourly" else project(SILVER, layer)
+    problems = [p for p in caught.value.problems if p[1] != "-"]
+    assert len(problems) == 1, caught.value
+    name, got_field, message = problems[0]
+    assert (name, got_field) == (layer["name"], field)
+    assert fragment in message
+    assert f"layer '{layer['name']}', field '{field}'" in str(caught.value)
+
