@@ -151,6 +151,18 @@ class MaintenanceError(IncrementalLoadError):
     """Maintenance was refused; nothing was changed by the refused step."""
 
 
+class LayerError(IncrementalLoadError):
+    """A declared layer could not refresh (its SELECT, keys or upstream); ``field`` names
+    the declaration's field to change. Nothing was committed."""
+
+    def __init__(self, layer: str, field: str, message: str, fix: str | None = None):
+        self.table = layer
+        self.field = field
+        self.fix = fix
+        text = f"layer '{layer}', field '{field}': {message}"
+        Exception.__init__(self, f"{text} Fix: {fix}" if fix else text)
+
+
 # Not about one table's load: Spark cannot start without the jars, or a session keeps a
 # setting the engine needs; a landing folder that cannot be listed is turned into a
 # SourceNotFoundError by the landing loader.

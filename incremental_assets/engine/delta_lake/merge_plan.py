@@ -127,13 +127,17 @@ def run_merge(
     columns: Sequence[str],
     schema_evolution: bool = False,
     table: str | None = None,
-) -> None:
+) -> dict[str, int] | None:
     """``MERGE INTO`` the Delta table at ``path`` (or the catalog table ``table``; alias
     ``t``) from ``source`` (alias
     ``s``), in Delta's SQL: the same statement through a local session, a cluster or Spark
     Connect (whose clients have no DeltaTable API without Delta's server plugin). The
     session's settings at the time (``engine.delta_lake.commits.idempotent``) make it an
-    idempotent write with the loader's record."""
+    idempotent write with the loader's record.
+
+    Returns the statement's row counts (``num_inserted_rows``, ``num_updated_rows``,
+    ``num_deleted_rows``, ...), or None when Delta skipped it (its idempotent write was
+    already committed)."""
     view = f"ia_merge_{uuid.uuid4().hex}"
     source.createOrReplaceTempView(view)
     evolution = " WITH SCHEMA EVOLUTION" if schema_evolution else ""
@@ -142,9 +146,11 @@ def run_merge(
         + " ".join(clause.sql(columns) for clause in clauses)
     )
     try:
-        spark.sql(statement)
+        # A command runs when it is parsed; collecting reads the counts it returned.
+        counts = spark.sql(statement).collect()
     finally:
         spark.catalog.dropTempView(view)
+    return {k: int(v or 0) for k, v in counts[0].asDict().items()} if counts else None
 
 
 def matching(columns: Sequence[str]) -> str:

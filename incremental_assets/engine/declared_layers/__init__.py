@@ -1,0 +1,20 @@
+"""Declared layers (specs/layers.py) refreshed from what changed upstream.
+
+- ``inputs``: a layer's target, its upstream and the tables its SELECT may name;
+- ``changes``: the upstream rows whose keys changed since the version a layer covered
+  (the change data feed where the upstream has one, else the files the versions added
+  and removed), as they were then and as they are now;
+- ``commit``: the merge of a layer's upserts and deletes by key, with the covered
+  upstream version in the same Delta commit (exactly once);
+- ``row_layer`` and ``aggregate_layer``: the two kinds; ``run.refresh_layer`` picks one;
+- ``checks``: a row layer's count against its SELECT over the upstream, and a sample of
+  an aggregate layer's groups against a from-scratch aggregation.
+
+No Dagster import: the Dagster layer wraps ``refresh_layer`` (dagster_layer/declared.py).
+"""
+
+from incremental_assets.engine.declared_layers.inputs import LayerInputs, layer_inputs
+from incremental_assets.engine.declared_layers.result import LayerResult
+from incremental_assets.engine.declared_layers.run import refresh_layer
+
+__all__ = ["LayerInputs", "LayerResult", "layer_inputs", "refresh_layer"]

@@ -1,0 +1,87 @@
+"""Verifications of a declared layer, for its asset checks: each compares the layer at its
+latest version with a from-scratch computation over the upstream at the version the layer
+covers (so a refresh that lost or doubled a change fails them)."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from incremental_assets.engine.checks import CheckOutcome
+from incremental_assets.engine.declared_layers.aggregate_layer import aggregate
+from incremental_assets.engine.declared_layers.changes import having_keys
+from incremental_assets.engine.declared_layers.inputs import LayerInputs
+from incremental_assets.engine.declared_layers.row_layer import select_rows
+from incremental_assets.engine.delta_lake.store import row_count
+from incremental_assets.engine.layers import covered_version
+from incremental_assets.specs.layers import AggregateLayerSpec
+
+SAMPLE_GROUPS = 20
+
+
+def counts_reconciled(spark: SparkSession, inputs: LayerInputs) -> CheckOutcome:
+    """A row layer holds as many rows as its SELECT gives over the upstream at the version
+    the layer covers (one count of the SELECT over the whole upstream)."""
+    covered = covered_version(inputs.target, inputs.upstream)
+    if covered < 0:
+        return CheckOutcome(True, "nothing covered yet", {"layer_rows": 0, "select_rows": 0})
+    held = row_count(inputs.target.open())
+    upstream = inputs.upstream.to_spark(spark, version=covered)
+    expected = select_rows(spark, inputs, upstream).count()
+    metadata = {"layer_rows": held, "select_rows": expected, "upstream_version": covered}
+    if held != expected:
+        return CheckOutcome(
+            False,
+            f"the layer holds {held} rows; its select over '{inputs.layer.upstream}' at "
+            f"version {covered} gives {expected}",
+            metadata,
+        )
+    return CheckOutcome(True, f"{held} rows, as the select gives at version {covered}", metadata)
+
+
+def sample_matches(
+    spark: SparkSession, inputs: LayerInputs, sample: int = SAMPLE_GROUPS
+) -> CheckOutcome:
+    """Up to ``sample`` groups of an aggregate layer equal the same groups aggregated from
+    scratch over the upstream at the version the layer covers."""
+    layer = inputs.layer
+    assert isinstance(layer, AggregateLayerSpec)
+    covered = covered_version(inputs.target, inputs.upstream)
+    if covered < 0:
+        return CheckOutcome(True, "nothing covered yet", {"groups_compared": 0})
+    keys = list(layer.keys_of_layer)
+    held = inputs.target.to_spark(spark).limit(sample).collect()
+    if not held:
+        return CheckOutcome(True, "the layer holds no group", {"groups_compared": 0})
+    chosen = spark.createDataFrame(
+        [tuple(r[k] for k in keys) for r in held], _schema(spark, inputs)
+    )
+    upstream = inputs.upstream.to_spark(spark, version=covered)
+    from_scratch = aggregate(layer, upstream)
+    fresh = having_keys(from_scratch, chosen, keys).collect()
+    columns = [*keys, *[a.name for a in layer.aggregates]]
+    differ = list(set(map(_comparable(columns), held)) ^ set(map(_comparable(columns), fresh)))
+    metadata = {"groups_compared": len(held), "groups_differing": len(differ)}
+    if differ:
+        metadata["sample"] = ", ".join(str(d) for d in differ[:5])
+        return CheckOutcome(
+            False,
+            f"{len(differ)} of {len(held)} sampled groups differ from a from-scratch "
+            f"aggregation at version {covered} of '{layer.upstream}'",
+            metadata,
+        )
+    return CheckOutcome(
+        True, f"{len(held)} sampled groups equal a from-scratch aggregation", metadata
+    )
+
+
+def _schema(spark: SparkSession, inputs: LayerInputs):
+    keys = inputs.layer.keys_of_layer
+    table = inputs.target.to_spark(spark)
+    return table.select(*[table[k] for k in keys]).schema
+
+
+def _comparable(columns: list[str]):
+    def row(r) -> tuple:
+        return tuple(round(v, 6) if isinstance(v, float) else v for v in (r[c] for c in columns))
+
+    return row
