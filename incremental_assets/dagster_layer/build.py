@@ -7,6 +7,7 @@ import dagster as dg
 
 from incremental_assets.dagster_layer.assets import table_asset
 from incremental_assets.dagster_layer.connections import DatabaseConnections
+from incremental_assets.dagster_layer.declared import layer_assets
 from incremental_assets.dagster_layer.landing import landing_sensor
 from incremental_assets.dagster_layer.late import late_rows_checks
 from incremental_assets.dagster_layer.maintenance import (
@@ -43,6 +44,7 @@ def build_definitions(
 ) -> dg.Definitions:
     assets = [table_asset(project, spec) for spec in project.tables]
     assets += refined_layers(project)  # silver and gold after landing tables that ask
+    assets += layer_assets(project)  # the declared layers (tables file's ``layers``)
     # Landing folders: a sensor per table requests a load when new files are ready.
     sensors = [landing_sensor(project, spec) for spec in project.tables if spec.landing]
     sensors.append(AUTOMATION)

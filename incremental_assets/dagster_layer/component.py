@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
 from incremental_assets.dagster_layer.build import AUTOMATION_SENSOR, build_definitions
 from incremental_assets.specs import ProjectSpec, load_project
+from incremental_assets.specs.layers import LayerSpec
 from incremental_assets.specs.loader import SpecError, parse_project
 from incremental_assets.specs.models import ConnectionSpec, SparkSpec, TableSpec, WarehouseSpec
 from incremental_assets.specs.strategies import STRATEGY_KINDS
@@ -88,6 +89,7 @@ def _schema(annotation: Any) -> dict[str, Any]:
 Tables = Annotated[list[dict[str, Any]] | None, WithJsonSchema(_schema(list[TableSpec]))]
 Warehouse = Annotated[dict[str, Any] | None, WithJsonSchema(_schema(WarehouseSpec))]
 Spark = Annotated[dict[str, Any] | None, WithJsonSchema(_schema(SparkSpec))]
+Layers = Annotated[list[dict[str, Any]] | None, WithJsonSchema(_schema(list[LayerSpec]))]
 _CONNECTION = _schema(ConnectionSpec)
 _CONNECTION["properties"].pop("name", None)  # the key under connections is the name
 _CONNECTION["properties"].pop("password", None)  # refused: passwords come from password_env
@@ -169,6 +171,9 @@ class IncrementalTables(dg.Component, dg.Model, dg.Resolvable):
     tables: Tables = Field(default=None, description="Inline: the table specs.")
     spark: Spark = Field(default=None, description="Inline: Spark settings.")
     connections: Connections = Field(default=None, description="Inline: JDBC connections.")
+    layers: Layers = Field(
+        default=None, description="Inline: declared layers after the tables (as in tables.yaml)."
+    )
 
     @classmethod
     def load(cls, attributes: BaseModel | None, context: dg.ComponentLoadContext):
@@ -187,6 +192,7 @@ class IncrementalTables(dg.Component, dg.Model, dg.Resolvable):
                 ("tables", self.tables),
                 ("spark", self.spark),
                 ("connections", self.connections),
+                ("layers", self.layers),
             )
             if value is not None
         }

@@ -10,6 +10,7 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 
 from incremental_assets.dagster_layer.checks import layer_check_results, layer_check_specs
+from incremental_assets.dagster_layer.declared import AUTOMATION
 from incremental_assets.dagster_layer.metadata import table_metadata
 from incremental_assets.dagster_layer.pools import mark_worker
 from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
@@ -21,10 +22,6 @@ from incremental_assets.demo.invoices import (
 )
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.specs import ProjectSpec, TableSpec
-
-# Eager, but an unpartitioned layer after a partitioned bronze must not wait for every
-# bronze day to exist.
-AUTOMATION = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
 
 
 def layer_names(spec: TableSpec) -> tuple[str, str]:

@@ -1,0 +1,132 @@
+"""One asset per declared layer (specs/layers.py), downstream of its upstream's asset:
+it refreshes the layer from what the upstream changed (engine/declared_layers/) and
+reports what it read and merged, with the layer's checks.
+
+(No ``from __future__ import annotations`` here: Dagster reads the context and resource
+annotations.)
+"""
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+
+from incremental_assets.dagster_layer.checks import (
+    KEYS_NOT_NULL,
+    KEYS_UNIQUE,
+    as_results,
+    layer_check_specs,
+)
+from incremental_assets.dagster_layer.metadata import table_metadata, table_name_metadata
+from incremental_assets.dagster_layer.pools import mark_worker
+from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
+from incremental_assets.engine import checks
+from incremental_assets.engine.declared_layers import LayerResult, layer_inputs, refresh_layer
+from incremental_assets.engine.declared_layers.checks import counts_reconciled, sample_matches
+from incremental_assets.specs import ProjectSpec
+from incremental_assets.specs.layers import LayerSpec
+
+COUNTS_RECONCILED = "counts_reconciled_with_upstream"
+SAMPLE_MATCHES = "sample_matches_full_aggregation"
+# Eager, but an unpartitioned layer after a partitioned table must not wait for every
+# partition of it to exist.
+AUTOMATION = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
+
+
+def layer_assets(project: ProjectSpec) -> list[dg.AssetsDefinition]:
+    return [layer_asset(project, layer) for layer in project.layers]
+
+
+def _group(project: ProjectSpec, layer: LayerSpec) -> str:
+    if layer.group:
+        return layer.group
+    for spec in project.tables:
+        if spec.name == layer.upstream:
+            return spec.group
+    return _group(project, project.layer(layer.upstream))
+
+
+def _check_specs(layer: LayerSpec) -> list[dg.AssetCheckSpec]:
+    keys = layer.keys_of_layer
+    if layer.kind == "row":
+        return [
+            *layer_check_specs(layer.name, keys),
+            dg.AssetCheckSpec(
+                COUNTS_RECONCILED,
+                asset=layer.name,
+                description=f"The layer holds as many rows as its select gives over "
+                f"'{layer.upstream}' at the version it covers (counts the select over the "
+                "whole upstream).",
+            ),
+        ]
+    # A group's key may be null (a null group is a group), so keys_not_null does not apply.
+    unique = [c for c in layer_check_specs(layer.name, keys) if c.name == KEYS_UNIQUE]
+    return [
+        *unique,
+        dg.AssetCheckSpec(
+            SAMPLE_MATCHES,
+            asset=layer.name,
+            description="A sample of the layer's groups equals the same groups aggregated "
+            f"from scratch over '{layer.upstream}' at the version it covers.",
+        ),
+    ]
+
+
+def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
+    what = "rows of its select" if layer.kind == "row" else "aggregates per group"
+    path = project.layer_path(layer)
+
+    @dg.asset(
+        name=layer.name,
+        group_name=_group(project, layer),
+        deps=[dg.AssetKey(layer.upstream)],
+        automation_condition=AUTOMATION,
+        kinds={"spark", "delta"},
+        pool=f"incremental_assets_{layer.name}",
+        check_specs=_check_specs(layer),
+        description=layer.description
+        or f"Declared {layer.kind} layer after {layer.upstream}: the {what}, refreshed from "
+        f"what {layer.upstream} changed since the version it last covered.",
+    )
+    def _layer(
+        context: dg.AssetExecutionContext, spark: PySparkResource, warehouse: DeltaWarehouse
+    ) -> dg.MaterializeResult:
+        mark_worker(context)
+        session = spark_session(spark)
+        inputs = layer_inputs(project, layer, warehouse.storage_options())
+        result = refresh_layer(session, inputs)
+        target = inputs.target
+        keys = layer.keys_of_layer
+        outcomes = {KEYS_UNIQUE: checks.keys_unique(session, target, keys, result.version)}
+        if layer.kind == "row":
+            outcomes[KEYS_NOT_NULL] = checks.keys_not_null(session, target, keys)
+            outcomes[COUNTS_RECONCILED] = counts_reconciled(session, inputs)
+        else:
+            outcomes[SAMPLE_MATCHES] = sample_matches(session, inputs)
+        return dg.MaterializeResult(
+            metadata={
+                **result_metadata(result),
+                **table_name_metadata(path, None),
+                **table_metadata(target.open() if target.exists() else None),
+            },
+            check_results=as_results(outcomes),
+        )
+
+    return _layer
+
+
+def result_metadata(result: LayerResult) -> dict:
+    return {
+        "upstream_version_from": result.upstream_from,
+        "upstream_version_to": result.upstream_to,
+        "versions_covered": (
+            f"{result.upstream_from + 1}..{result.upstream_to}" if result.committed else "-"
+        ),
+        "changes_from": result.changes_from,
+        "rows_in": result.rows_in,
+        "rows_merged": result.rows_merged,
+        "rows_inserted": result.rows_inserted,
+        "rows_updated": result.rows_updated,
+        "rows_deleted": result.rows_deleted,
+        "groups_recomputed": result.groups_recomputed,
+        "committed": result.committed,
+        "delta_version": result.version if result.version is not None else -1,
+    }

@@ -1,0 +1,89 @@
+"""Declared layers as Dagster assets (dagster_layer/declared.py): each downstream of its
+upstream's asset, reporting the rows it read and merged and the upstream versions it
+covered, with its checks passing on a real instance."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from incremental_assets_tests.builders import ORDERS_YAML, Project, at
+
+LAYERS_YAML = """
+layers:
+  - name: paid_orders
+    from: orders
+    select: SELECT order_id, amount FROM orders WHERE status = 'paid'
+    keys: [order_id]
+  - name: orders_by_status
+    kind: aggregate
+    from: orders
+    group_by: [status]
+    aggregates:
+      - {name: total, function: sum, column: amount}
+      - {name: orders, function: count}
+"""
+LAYERS = ("paid_orders", "orders_by_status")
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def metadata_of(result, name: str) -> dict:
+    event = result.asset_materializations_for_node(name)[-1]
+    return {k: v.value for k, v in event.metadata.items()}
+
+
+def checks_of(result, name: str) -> dict[str, bool]:
+    evaluations = result.get_asset_check_evaluations()
+    return {c.check_name: c.passed for c in evaluations if c.asset_key == dg.AssetKey(name)}
+
+
+def test_declared_layers_materialize_after_their_table_with_metadata_and_checks(
+    tmp_path, spark, instance
+):
+    project = Project(tmp_path, ORDERS_YAML + LAYERS_YAML)
+    layers = [project.defs.get_assets_def(name) for name in LAYERS]
+    for asset in layers:
+        assert asset.dependency_keys == {dg.AssetKey("orders")}
+
+    def refresh():
+        return dg.materialize(layers, instance=instance, resources=project.defs.resources)
+
+    project.source.upsert([(1, "paid", 1.0, at(1, 5)), (2, "placed", 2.0, at(1, 6))])
+    project.materialize(instance, "2026-01-01")
+    first = refresh()
+    silver = metadata_of(first, "paid_orders")
+    assert (silver["upstream_version_from"], silver["rows_in"], silver["rows_merged"]) == (-1, 2, 1)
+    assert silver["dagster/row_count"] == 1
+    assert checks_of(first, "paid_orders") == {
+        "keys_unique": True,
+        "keys_not_null": True,
+        "counts_reconciled_with_upstream": True,
+    }
+    assert checks_of(first, "orders_by_status") == {
+        "keys_unique": True,
+        "sample_matches_full_aggregation": True,
+    }
+
+    project.source.upsert([(2, "paid", 2.5, at(2, 1)), (3, "placed", 3.0, at(2, 2))])
+    project.materialize(instance, "2026-01-02")
+    second = refresh()
+    silver = metadata_of(second, "paid_orders")
+    assert (
+        silver["upstream_version_from"] == metadata_of(first, "paid_orders")["upstream_version_to"]
+    )
+    assert silver["versions_covered"] == (
+        f"{silver['upstream_version_from'] + 1}..{silver['upstream_version_to']}"
+    )
+    assert silver["rows_inserted"] == 1  # order 2 is paid now
+    assert silver["dagster/row_count"] == 2
+    gold = metadata_of(second, "orders_by_status")
+    assert gold["committed"] and gold["groups_recomputed"] >= 1
+    assert all(checks_of(second, name) and all(checks_of(second, name).values()) for name in LAYERS)
+
+    third = refresh()  # orders has not changed: nothing committed
+    assert not any(metadata_of(third, name)["committed"] for name in LAYERS)
