@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from incremental_assets.specs.layers import WINDOW_END, WINDOW_START
 from incremental_assets.specs.loader import SpecError, parse_project
@@ -90,3 +91,16 @@ def test_a_bad_declaration_is_one_problem_naming_the_layer_and_field(layer, fiel
     assert fragment in message
     assert f"layer '{layer['name']}', field '{field}'" in str(caught.value)
 
+
+def test_the_layers_of_docs_layers_md_load():
+    page = (Path(__file__).parents[2] / "docs" / "layers.md").read_text()
+    block = page.split("## Declared layers", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    declared = yaml.safe_load(block)["layers"]
+    customers = {**TABLE, "name": "customers", "keys": ["customer_id"]}
+    customers["source"] = {"format": "delta", "path": "/data/source/customers"}
+    raw = {"warehouse": {"root": "/w"}, "tables": [TABLE, customers], "layers": declared}
+    loaded = parse_project(raw, source="docs/layers.md", base_dir=Path("/data"))
+    assert [(x.name, x.kind) for x in loaded.layers] == [
+        ("orders_silver", "row"),
+        ("revenue_hourly", "aggregate"),
+    ]
