@@ -26,6 +26,7 @@ from incremental_assets.specs.locations import (
     Storage,
     catalog_overlaps,
     conflicts,
+    layer_folder_problems,
     readable_by_spark,
 )
 from incremental_assets.specs.models import (
@@ -197,6 +198,11 @@ def parse_project(raw: Any, source: str, base_dir: Path) -> ProjectSpec:
             problems.extend(_landing_read_in_place(t, t.target.path or f"{root}/{t.name}"))
     problems.extend(catalog_overlaps((t.name, t.target.table) for t in tables))
     layers = _layers(raw.get("layers"), tables, problems)
+    if warehouse is not None and layers:
+        root = warehouse.root.rstrip("/")
+        storages = [_storage(t, t.target.path or f"{root}/{t.name}") for t in tables]
+        folders = [(layer.name, f"{root}/{layer.name}") for layer in layers]
+        problems.extend(layer_folder_problems(storages, folders))
 
     if problems:
         raise SpecError(source, problems)

@@ -210,6 +210,32 @@ def _relation(a: Place, b: Place) -> str | None:
     return None
 
 
+def layer_folder_problems(
+    tables: Iterable[Storage], layers: Iterable[tuple[str, str]]
+) -> list[tuple[str, str, str]]:
+    """Problems, as (table, field, message): a place a table writes (its target, side
+    tables, staging, quarantine, checkpoints) that is, lies inside or contains the folder
+    of a declared layer, given as (name, folder)."""
+    problems = []
+    folders = [Place(name, "target", normal_location(folder)) for name, folder in layers]
+    for storage in tables:
+        for mine in storage.owned():
+            clash = next(((f, r) for f in folders if (r := _relation(mine, f)) is not None), None)
+            if clash is not None:
+                folder, relation = clash
+                problems.append(
+                    (
+                        mine.table,
+                        mine.field,
+                        f"its {mine.noun} ({mine.location}) {relation} the folder of layer "
+                        f"'{folder.table}' ({folder.location}): {mine.fix}, or rename the "
+                        "layer",
+                    )
+                )
+                break
+    return problems
+
+
 def conflicts(tables: Iterable[Storage]) -> list[tuple[str, str, str]]:
     """Problems, as (table, field, message): a place one table writes that meets a place
     another table reads or writes, and a table whose writes meet its own source or whose

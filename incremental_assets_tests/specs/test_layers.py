@@ -104,3 +104,26 @@ def test_the_layers_of_docs_layers_md_load():
         ("orders_silver", "row"),
         ("revenue_hourly", "aggregate"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("path", "relation"),
+    [
+        ("/data/warehouse/orders_silver", "is"),
+        ("/data/warehouse/orders_silver/inner", "lies inside"),
+        ("/data/warehouse", "contains"),
+    ],
+)
+def test_a_table_writing_into_a_layers_folder_fails_naming_both(path, relation):
+    other = {**TABLE, "name": "refunds", "source": {"format": "delta", "path": "/data/r"}}
+    raw = {
+        "warehouse": {"root": "/data/warehouse"},
+        "tables": [TABLE, {**other, "target": {"path": path}}],
+        "layers": [SILVER],
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_project(raw, source="tables.yaml", base_dir=Path("/data"))
+    text = str(caught.value)
+    assert "table 'refunds', field 'target.path'" in text
+    assert f"{relation} the folder of layer 'orders_silver'" in text
+    assert "rename the layer" in text
