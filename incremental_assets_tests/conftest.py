@@ -75,13 +75,6 @@ def spark(
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": "2g",
         "spark.databricks.delta.snapshotPartitions": "2",
-        # The tests' tables are tiny: compiling whole-stage code and re-planning each stage
-        # cost more than they save (32 strategy, late-ledger and asset tests: 301 s with
-        # both, 281 s without, 2026-11-26). Production keeps Spark's defaults, and the
-        # tests that run the demo, the cluster and `dagster` in their own processes run
-        # with them.
-        "spark.sql.codegen.wholeStage": "false",
-        "spark.sql.adaptive.enabled": "false",
         # s3a (and s3://) on the moto server; the AWS SDK stays on the driver's class path.
         **s3_spark_conf(s3_endpoint),
         # Spark's catalog backed by a Hive metastore, as in production, for the tests of
