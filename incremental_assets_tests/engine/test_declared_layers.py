@@ -9,6 +9,7 @@ naming the layer and field, with nothing written."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -214,6 +215,14 @@ def test_aggregate_layer_recomputes_only_touched_groups_and_equals_full_aggregat
     assert not refresh_layer(spark, inputs).committed
     assert inputs.target.open().version() == version
 
+    # A group changed behind the layer's back is found by the sampled from-scratch check.
+    gold = warehouse.project.layer_path(warehouse.project.layer("sales_hourly"))
+    spark.sql(f"UPDATE delta.`{gold}` SET revenue = revenue + 1 WHERE customer_id = 10")
+    tampered = sample_matches(spark, inputs)
+    assert not tampered.passed
+    assert tampered.metadata["groups_differing"] == 2  # the layer's row and the fresh one
+    assert "differ from a from-scratch aggregation" in tampered.description
+
 
 CHILD = """
 import sys
@@ -270,3 +279,34 @@ def test_a_select_that_cannot_give_its_keys_fails_naming_the_layer_with_nothing_
     assert f"layer '{layer}', field 'keys'" in str(caught.value)
     assert fragment in str(caught.value)
     assert not inputs.target.exists()
+
+
+def test_upstream_history_removed_by_vacuum_fails_naming_the_reset_and_commits_nothing(
+    spark, tmp_path
+):
+    warehouse = Warehouse(spark, tmp_path, feed=False)
+    inputs = warehouse.inputs("orders_silver")
+    refresh_layer(spark, inputs)
+    version = inputs.target.open().version()
+    # The update rewrites the file the layer's covered version holds; VACUUM with no
+    # retention then deletes it, so that version can no longer be read.
+    warehouse.sql("UPDATE {orders} SET amount = 7.0 WHERE order_id = 1")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        warehouse.sql("VACUUM {orders} RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+
+    with pytest.raises(LayerError) as caught:
+        refresh_layer(spark, inputs)
+
+    text = str(caught.value)
+    assert "layer 'orders_silver', field 'from'" in text
+    assert "no longer holds its history since version" in text
+    assert f"delete the layer's table at {inputs.target.path}" in text
+    assert inputs.target.open().version() == version
+    # The documented reset: the layer's table deleted, the next run rebuilds it whole.
+    shutil.rmtree(inputs.target.path)
+    rebuilt = refresh_layer(spark, inputs)
+    assert rebuilt.changes_from == "full read"
+    assert warehouse.layer_rows("orders_silver", SILVER) == warehouse.silver_from_scratch()

@@ -43,7 +43,7 @@ def refresh_aggregate_layer(spark: SparkSession, inputs: LayerInputs) -> LayerRe
             .cache()
         )
         current = inputs.upstream.to_spark(spark, version=changes.until)
-        current = having_keys(placed(layer, _near(layer, current, touched)), touched, keys)
+        current = having_keys(placed(layer, near(layer, current, touched)), touched, keys)
         groups = aggregate(layer, current, placed_already=True).cache()
     try:
         rows_in = changes.after.count()
@@ -92,7 +92,7 @@ def _measure(spec: AggregateSpec) -> Column:
     return {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}[spec.function](column)
 
 
-def _near(layer: AggregateLayerSpec, rows: DataFrame, touched: DataFrame) -> DataFrame:
+def near(layer: AggregateLayerSpec, rows: DataFrame, touched: DataFrame) -> DataFrame:
     """``rows`` within the touched windows' span (Delta skips the files outside it by
     their statistics); all of them without a window."""
     if layer.window is None:
