@@ -22,7 +22,7 @@ from incremental_assets.engine import checks
 from incremental_assets.engine.declared_layers import LayerResult, layer_inputs, refresh_layer
 from incremental_assets.engine.declared_layers.checks import counts_reconciled, sample_matches
 from incremental_assets.specs import ProjectSpec
-from incremental_assets.specs.layers import LayerSpec
+from incremental_assets.specs.layers import LayerSpec, WindowSpec
 
 COUNTS_RECONCILED = "counts_reconciled_with_upstream"
 SAMPLE_MATCHES = "sample_matches_full_aggregation"
@@ -103,9 +103,11 @@ def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
             outcomes[SAMPLE_MATCHES] = sample_matches(session, inputs)
         return dg.MaterializeResult(
             metadata={
-                **result_metadata(result),
+                **result_metadata(result, getattr(layer, "window", None)),
                 **table_name_metadata(path, None),
-                **table_metadata(target.open() if target.exists() else None),
+                **table_metadata(
+                    target.open() if target.exists() else None, dict.fromkeys(keys, "key")
+                ),
             },
             check_results=as_results(outcomes),
         )
@@ -113,7 +115,9 @@ def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
     return _layer
 
 
-def result_metadata(result: LayerResult) -> dict:
+def result_metadata(result: LayerResult, window: WindowSpec | None = None) -> dict:
+    """A refresh's metadata (with ``window``, an aggregate layer's: the windows recomputed)."""
+    windows = {"windows_recomputed": windows_text(result, window)} if window else {}
     return {
         "upstream_version_from": result.upstream_from,
         "upstream_version_to": result.upstream_to,
@@ -129,4 +133,15 @@ def result_metadata(result: LayerResult) -> dict:
         "groups_recomputed": result.groups_recomputed,
         "committed": result.committed,
         "delta_version": result.version if result.version is not None else -1,
+        **windows,
     }
+
+
+def windows_text(result: LayerResult, window: WindowSpec) -> str:
+    """The windows a refresh recomputed, by their starts (UTC): days for windows of whole
+    days, else minutes; '-' when none."""
+    if not result.windows:
+        return "-"
+    days = window.size.total_seconds() % 86_400 == 0
+    shape = "%Y-%m-%d" if days else "%Y-%m-%d %H:%M"
+    return ", ".join(w.strftime(shape) for w in result.windows)

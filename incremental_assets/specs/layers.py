@@ -5,9 +5,10 @@ A layer follows one upstream, ``from``: a table or an earlier layer. Two kinds:
 
 - ``row`` (silver, the default): a SQL SELECT over the upstream (by its name) that
   filters, casts, flattens and joins other tables or layers by name, with the layer's
-  ``keys``;
+  ``keys``; with ``newest``, the newest row of a key wins and the newest version of a
+  group (a landing table's file) replaces all the layer's rows of it;
 - ``aggregate`` (gold): ``group_by`` columns of the upstream, ``aggregates`` (sum, count,
-  min, max) and an optional tumbling ``window`` of a time column.
+  count_distinct, min, max) and an optional tumbling ``window`` of a time column.
 
 Example:
     .. code-block:: yaml
@@ -89,8 +90,46 @@ class _Layer(BaseModel):
         return value
 
 
+class NewestSpec(BaseModel):
+    """Which of several versions of a row a row layer keeps, for an upstream that keeps
+    them all (an append-only bronze table: a landing table keeps every version of a file).
+
+    ``by``: the select's columns that order versions, the greatest newest; among the
+    select's rows of one key the newest wins, and it replaces the layer's row only when
+    it is newer (so runs in any order converge).
+    ``replaces``: the select's columns naming a group (e.g. ``_ia_source_file``, the file a
+    landing row came from) whose newest version replaces all the layer's rows of that
+    group: a run keeps of each group only the rows of its newest version (those sharing
+    the group's greatest first ``by`` column: a landing table's ingestion time, one per
+    load) and deletes the layer's older rows of the group that version no longer gives.
+
+    Example (invoice lines after a landing table, tables.yaml's ``invoices_silver``):
+        .. code-block:: yaml
+
+            keys: [InvoiceNumber, ItemCode]
+            newest:
+              by: [_ia_ingested_at, _ia_file_version, _ia_file_row]
+              replaces: [_ia_source_file]
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    by: ColumnList = Field(
+        min_length=1,
+        description="Columns of the select ordering a row's versions, greatest newest, e.g. "
+        "[_ia_ingested_at, _ia_file_version, _ia_file_row] over a landing table.",
+    )
+    replaces: ColumnList = Field(
+        default_factory=list,
+        description="Columns of the select naming a group whose newest version replaces all "
+        "the layer's rows of it, e.g. [_ia_source_file]: lines that vanish from a file "
+        "rewritten in place leave the layer.",
+    )
+
+
 class RowLayerSpec(_Layer):
-    """A silver layer: one SQL SELECT over the upstream, merged by ``keys``."""
+    """A silver layer: one SQL SELECT over the upstream, merged by ``keys`` (with
+    ``newest``, the newest version of a row or group wins)."""
 
     kind: Literal["row"] = "row"
     select: SqlText = Field(
@@ -99,6 +138,11 @@ class RowLayerSpec(_Layer):
         "of the project by name. Every run applies it to the upstream rows that changed."
     )
     keys: ColumnList = Field(min_length=1, description="Columns of the SELECT that identify a row.")
+    newest: NewestSpec | None = Field(
+        default=None,
+        description="Over an upstream that keeps every version of a row: the columns "
+        "ordering versions (by) and the group a newest version replaces whole (replaces).",
+    )
 
     @field_validator("select")
     @classmethod
@@ -107,6 +151,22 @@ class RowLayerSpec(_Layer):
         if problem:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _newest_apart_from_keys(self) -> RowLayerSpec:
+        if self.newest is None:
+            return self
+        keys = {k.lower() for k in self.keys}
+        clash = [c for c in self.newest.by if c.lower() in keys]
+        if clash:
+            # The rows of one key share its key columns: they cannot order its versions.
+            raise PydanticCustomError(
+                "field:newest.by",
+                "{names}: a key column cannot order a key's versions; name columns of the "
+                "select that change from one version to the next (a time, a version number)",
+                {"names": ", ".join(clash)},
+            )
+        return self
 
     @property
     def keys_of_layer(self) -> tuple[str, ...]:
@@ -117,9 +177,11 @@ class AggregateSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     name: ColumnName = Field(description="The output column.")
-    function: Literal["sum", "count", "min", "max"]
+    function: Literal["sum", "count", "count_distinct", "min", "max"]
     column: ColumnName | None = Field(
-        default=None, description="The upstream column aggregated; count without one counts rows."
+        default=None,
+        description="The upstream column aggregated; count without one counts rows; "
+        "count_distinct counts the distinct values of one.",
     )
 
 
@@ -169,6 +231,13 @@ class AggregateLayerSpec(_Layer):
 
     @model_validator(mode="after")
     def _grouped(self) -> AggregateLayerSpec:
+        columnless = [a.name for a in self.aggregates if a.column is None and a.function != "count"]
+        if columnless:
+            raise PydanticCustomError(
+                "field:aggregates.column",
+                "{names}: only count works without a column; name the upstream column to aggregate",
+                {"names": ", ".join(columnless)},
+            )
         if not self.group_by and self.window is None:
             raise PydanticCustomError(
                 "field:group_by",

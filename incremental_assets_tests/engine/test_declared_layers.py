@@ -4,7 +4,9 @@ the upstream from scratch after each, by the change data feed or by the files ad
 removed; an aggregate layer recomputes only the groups the changes touched and equals a
 from-scratch aggregation; a run with no upstream change commits nothing; a run killed
 before its commit is exact on the next run; a SELECT that cannot give the keys fails
-naming the layer and field, with nothing written."""
+naming the layer and field, with nothing written; over an upstream keeping every version
+(``newest``), a group's newest version replaces its rows and an older one changes
+nothing."""
 
 from __future__ import annotations
 
@@ -40,6 +42,12 @@ tables:
     watermark: {column: updated_at, kind: timestamp}
     strategy: upsert
     partitioning: {granularity: daily, start: 2026-01-01}
+  - name: doc_versions
+    source: {format: delta, path: ./source/doc_versions}
+    keys: [doc, version, item]
+    watermark: {column: loaded_at, kind: timestamp}
+    strategy: append
+    partitioning: {granularity: daily, start: 2026-01-01}
 layers:
   - name: orders_silver
     from: orders
@@ -65,6 +73,16 @@ layers:
     from: orders
     select: SELECT customer_id AS k, amount FROM orders
     keys: [k]
+  - name: doc_items
+    from: doc_versions
+    select: SELECT doc, item, qty, version FROM doc_versions
+    keys: [doc, item]
+    newest: {by: [version], replaces: [doc]}
+  - name: doc_items_unversioned
+    from: doc_versions
+    select: SELECT doc, item, qty FROM doc_versions
+    keys: [doc, item]
+    newest: {by: [version]}
 """
 
 
@@ -310,3 +328,35 @@ def test_upstream_history_removed_by_vacuum_fails_naming_the_reset_and_commits_n
     rebuilt = refresh_layer(spark, inputs)
     assert rebuilt.changes_from == "full read"
     assert warehouse.layer_rows("orders_silver", SILVER) == warehouse.silver_from_scratch()
+
+
+def test_newest_version_of_a_group_replaces_its_rows_and_an_older_version_changes_nothing(
+    spark, tmp_path
+):
+    warehouse = Warehouse(spark, tmp_path, feed=False)
+    docs = f"delta.`{tmp_path}/warehouse/doc_versions`"
+    spark.sql(f"CREATE TABLE {docs} (doc STRING, version INT, item STRING, qty INT) USING delta")
+    spark.sql(f"INSERT INTO {docs} VALUES ('a', 1, 'x', 1), ('a', 1, 'y', 1), ('b', 1, 'x', 5)")
+    inputs = warehouse.inputs("doc_items")
+    assert refresh_layer(spark, inputs).rows_inserted == 3
+
+    # a's version 2 no longer has y; a copy of b's older version 0 arrives late; c arrives
+    # in two versions at once (only the newest counts). One append, as bronze gets them.
+    spark.sql(
+        f"INSERT INTO {docs} VALUES ('a', 2, 'x', 2), ('b', 0, 'x', 9), ('c', 1, 'x', 1), "
+        "('c', 2, 'z', 3)"
+    )
+    second = refresh_layer(spark, inputs)
+    columns = ["doc", "item", "qty", "version"]
+    assert warehouse.layer_rows("doc_items", columns) == [
+        ("a", "x", 2, 2),
+        ("b", "x", 5, 1),
+        ("c", "z", 3, 2),
+    ]
+    assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (1, 1, 1)
+    assert counts_reconciled(spark, inputs).passed
+
+    with pytest.raises(LayerError) as caught:
+        refresh_layer(spark, warehouse.inputs("doc_items_unversioned"))
+    assert "layer 'doc_items_unversioned', field 'newest.by'" in str(caught.value)
+    assert "the select gives no column version" in str(caught.value)

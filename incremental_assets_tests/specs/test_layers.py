@@ -79,6 +79,14 @@ def test_declared_layers_load_with_their_kind_upstream_and_keys():
             "'avg'",
         ),
         ({**GOLD, "from": "orders", "window": {"column": "t", "size": "0s"}}, "window.size", "1s"),
+        ({**SILVER, "newest": {"by": ["order_id"]}}, "newest.by", "a key column cannot order"),
+        ({**SILVER, "newest": {"replaces": ["amount"]}}, "newest.by", "required"),
+        ({**SILVER, "newest": {"by": ["t", "T"]}}, "newest.by", "listed twice"),
+        (
+            {**GOLD, "from": "orders", "aggregates": [{"name": "a", "function": "sum"}]},
+            "aggregates.column",
+            "only count works without a column",
+        ),
     ],
 )
 def test_a_bad_declaration_is_one_problem_naming_the_layer_and_field(layer, field, fragment):
@@ -127,3 +135,4 @@ def test_a_table_writing_into_a_layers_folder_fails_naming_both(path, relation):
     assert "table 'refunds', field 'target.path'" in text
     assert f"{relation} the folder of layer 'orders_silver'" in text
     assert "rename the layer" in text
+

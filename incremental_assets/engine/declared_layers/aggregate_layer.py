@@ -4,13 +4,15 @@ and deletes the touched groups that no longer have a row."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine.declared_layers.changes import changes_since, having_keys
 from incremental_assets.engine.declared_layers.commit import write_layer
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
-from incremental_assets.engine.declared_layers.result import LayerResult
+from incremental_assets.engine.declared_layers.result import WINDOWS_LISTED, LayerResult
 from incremental_assets.engine.errors import LayerError
 from incremental_assets.engine.layers import covered_version
 from incremental_assets.engine.transforms import quote
@@ -50,6 +52,7 @@ def refresh_aggregate_layer(spark: SparkSession, inputs: LayerInputs) -> LayerRe
         count = groups.count()
         if not changes.first and count == 0 and touched.isEmpty():
             return LayerResult(since, since, rows_in, changes_from=changes.found_by)
+        windows = _windows(layer, groups if touched is None else touched)
         written = write_layer(spark, inputs, groups, touched, changes.until)
     finally:
         groups.unpersist()
@@ -65,7 +68,26 @@ def refresh_aggregate_layer(spark: SparkSession, inputs: LayerInputs) -> LayerRe
         version=written.version,
         changes_from=changes.found_by,
         groups_recomputed=count,
+        windows=windows if written.version is not None else (),
     )
+
+
+def _windows(layer: AggregateLayerSpec, groups: DataFrame) -> tuple[datetime, ...]:
+    """The starts of the windows of ``groups`` (the earliest ``WINDOWS_LISTED``), as UTC
+    instants (read as microseconds: a collected timestamp would be turned into the
+    driver's local time)."""
+    if layer.window is None:
+        return ()
+    starts = (
+        groups.select(F.unix_micros(F.col(WINDOW_START)).alias("start"))
+        .where(F.col("start").isNotNull())
+        .distinct()
+        .orderBy("start")
+        .limit(WINDOWS_LISTED)
+        .collect()
+    )
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return tuple(epoch + timedelta(microseconds=r["start"]) for r in starts)
 
 
 def placed(layer: AggregateLayerSpec, rows: DataFrame) -> DataFrame:
@@ -89,7 +111,9 @@ def _measure(spec: AggregateSpec) -> Column:
     if spec.column is None:
         return F.count(F.lit(1))
     column = F.col(quote(spec.column))
-    return {"sum": F.sum, "count": F.count, "min": F.min, "max": F.max}[spec.function](column)
+    # count_distinct is exact: a run recomputes a touched group from all its rows.
+    functions = {"sum": F.sum, "count": F.count, "count_distinct": F.count_distinct}
+    return {**functions, "min": F.min, "max": F.max}[spec.function](column)
 
 
 def near(layer: AggregateLayerSpec, rows: DataFrame, touched: DataFrame) -> DataFrame:

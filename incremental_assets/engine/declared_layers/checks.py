@@ -11,7 +11,8 @@ from incremental_assets.engine.checks import CheckOutcome
 from incremental_assets.engine.declared_layers.aggregate_layer import aggregate, near, placed
 from incremental_assets.engine.declared_layers.changes import having_keys
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
-from incremental_assets.engine.declared_layers.row_layer import select_rows
+from incremental_assets.engine.declared_layers.row_layer import layer_rows
+from incremental_assets.engine.declared_layers.versions import emptied_files
 from incremental_assets.engine.delta_lake.store import row_count
 from incremental_assets.engine.layers import covered_version
 from incremental_assets.specs.layers import AggregateLayerSpec
@@ -21,13 +22,15 @@ SAMPLE_GROUPS = 20
 
 def counts_reconciled(spark: SparkSession, inputs: LayerInputs) -> CheckOutcome:
     """A row layer holds as many rows as its SELECT gives over the upstream at the version
-    the layer covers (one count of the SELECT over the whole upstream)."""
+    the layer covers (one count of the SELECT over the whole upstream; with ``newest``, of
+    its newest versions)."""
     covered = covered_version(inputs.target, inputs.upstream)
     if covered < 0:
         return CheckOutcome(True, "nothing covered yet", {"layer_rows": 0, "select_rows": 0})
     held = row_count(inputs.target.open())
     upstream = inputs.upstream.to_spark(spark, version=covered)
-    expected = select_rows(spark, inputs, upstream).count()
+    emptied = emptied_files(inputs, -1, covered)
+    expected = layer_rows(spark, inputs, upstream, emptied).count()
     metadata = {"layer_rows": held, "select_rows": expected, "upstream_version": covered}
     if held != expected:
         return CheckOutcome(

@@ -23,6 +23,10 @@ from incremental_assets.engine.transforms import quote
 
 # A merge source row that deletes its key (true) or upserts it.
 DROPS = "_ia_layer_drops"
+# An upsert that replaces the layer's row of its key whatever their order (that row came
+# from a group version the upsert's replaces: engine/declared_layers/versions.py).
+REPLACES = "_ia_layer_replaces"
+NEW_TABLE_OPTIONS = {"delta.enableChangeDataFeed": "true"}
 
 
 @dataclass(frozen=True)
@@ -40,16 +44,29 @@ def write_layer(
     gone: DataFrame | None,
     until: int,
     extra: dict | None = None,
+    newer: str | None = None,
+    schema_evolution: bool = False,
 ) -> Written:
     """Write ``upserts`` (the layer's new rows of the changed keys) and delete the keys of
     ``gone`` that ``upserts`` does not hold, recording ``until`` as the upstream version
-    covered. A missing layer table is created with ``upserts`` (its rows counted)."""
+    covered. A missing layer table is created with ``upserts`` (its rows counted).
+
+    ``newer`` (SQL over ``s`` and ``t``): an upsert replaces the layer's row of its key
+    only where it holds (or where the upsert's ``REPLACES`` column is true);
+    ``schema_evolution``: columns ``upserts`` has and the layer lacks are added."""
     target, keys = inputs.target, inputs.layer.keys_of_layer
     commit = covering(target, inputs.upstream, until, extra)
+    columns = [c for c in upserts.columns if c != REPLACES]
     if not target.exists():
         rows = upserts.count()
         crash_point("before_commit")
-        delta_commits.append(upserts, target.spark_path, mode="error", **commit)
+        delta_commits.append(
+            upserts.select(*[quote(c) for c in columns]),
+            target.spark_path,
+            mode="error",
+            options=NEW_TABLE_OPTIONS,
+            **commit,
+        )
         crash_point("after_commit")
         return Written(rows, 0, 0, target.open().version())
     source = upserts.withColumn(DROPS, F.lit(False))
@@ -57,11 +74,21 @@ def write_layer(
         dropped = _without(gone.select(*[quote(k) for k in keys]), upserts, keys)
         dropped = dropped.withColumn(DROPS, F.lit(True))
         source = source.unionByName(dropped, allowMissingColumns=True)
-    clauses = [delete(f"s.{DROPS}"), update(f"NOT s.{DROPS}"), insert(f"NOT s.{DROPS}")]
+    updates = f"NOT s.{DROPS}"
+    if newer is not None:
+        forced = f"s.{REPLACES}" if REPLACES in upserts.columns else "FALSE"
+        updates = f"{updates} AND ({forced} OR {newer})"
+    clauses = [delete(f"s.{DROPS}"), update(updates), insert(f"NOT s.{DROPS}")]
     with delta_commits.idempotent(spark, **commit):
         crash_point("before_commit")
         counts = run_merge(
-            spark, target.spark_path, source, _same_keys(keys), clauses, upserts.columns
+            spark,
+            target.spark_path,
+            source,
+            _same_keys(keys),
+            clauses,
+            columns,
+            schema_evolution=schema_evolution,
         )
     crash_point("after_commit")
     if counts is None:  # another run committed this version first

@@ -24,6 +24,8 @@ class LayerInputs:
     # Every table, and every layer declared before this one, by its declared name -> its
     # name in Spark SQL.
     tables: Mapping[str, str]
+    # The upstream is a landing table (its loads record each file version, rows or none).
+    upstream_landing: bool = False
 
 
 def layer_inputs(
@@ -43,6 +45,7 @@ def layer_inputs(
         target = DeltaTarget(other.name, project.layer_path(other), options)
         targets[other.name] = (target, other.keys_of_layer)
     upstream, keys = targets[layer.upstream]
+    landing = {spec.name for spec in project.tables if spec.landing is not None}
     return LayerInputs(
         layer=layer,
         target=DeltaTarget(layer.name, project.layer_path(layer), options),
@@ -52,4 +55,5 @@ def layer_inputs(
             name: sql_table(delta_io.spark_uri(t.path), t.catalog_table)
             for name, (t, _) in targets.items()
         },
+        upstream_landing=layer.upstream in landing,
     )

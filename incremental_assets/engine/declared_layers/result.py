@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+
+WINDOWS_LISTED = 1000
 
 
 @dataclass(frozen=True)
@@ -10,7 +13,9 @@ class LayerResult:
     """``upstream_from``: the upstream version covered before (-1: none); ``upstream_to``:
     the version covered now; ``rows_in``: upstream rows read (those whose keys changed);
     ``rows_merged``: layer rows inserted, updated or deleted; ``version``: the layer's
-    commit (None: nothing committed); ``changes_from``: how the changes were found."""
+    commit (None: nothing committed); ``changes_from``: how the changes were found;
+    ``windows``: an aggregate layer's windows recomputed (their starts, UTC; at most
+    ``WINDOWS_LISTED``, the earliest)."""
 
     upstream_from: int
     upstream_to: int
@@ -21,6 +26,7 @@ class LayerResult:
     version: int | None = None
     changes_from: str = "none"
     groups_recomputed: int = 0
+    windows: tuple[datetime, ...] = ()
 
     @property
     def rows_merged(self) -> int:

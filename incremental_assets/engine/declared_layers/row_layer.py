@@ -6,6 +6,11 @@ The SELECT names its upstream; each run binds that name to the changed rows (a c
 table expression in front of the query), and every other table or layer it names to that
 table as it is at the run (a change to a joined table alone does not refresh the layer's
 rows: docs/layers.md).
+
+With ``newest`` (over an upstream keeping every version of a row), the select's rows are
+cut to the newest versions first, and the merge replaces a row only with a newer one
+(engine/declared_layers/versions.py). A column the select gains (``*`` over an upstream
+that gained one) is added to the layer.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from incremental_assets.engine.declared_layers import versions
 from incremental_assets.engine.declared_layers.changes import changes_since
 from incremental_assets.engine.declared_layers.commit import write_layer
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
@@ -31,19 +37,27 @@ def refresh_row_layer(spark: SparkSession, inputs: LayerInputs) -> LayerResult:
     changes = changes_since(spark, inputs.upstream, inputs.upstream_keys, since)
     if changes is None:
         return LayerResult(since, since)
+    emptied = versions.emptied_files(inputs, since)
     after = changes.after.cache()
-    rows = select_rows(spark, inputs, after).cache()
+    rows = layer_rows(spark, inputs, after, emptied).cache()
+    replaced = None
     try:
         rows_in = after.count()
-        if rows_in == 0 and not changes.first and changes.before.isEmpty():
+        if rows_in == 0 and not changes.first and not emptied and changes.before.isEmpty():
             # Versions that changed no row (compaction, properties): nothing to write.
             return LayerResult(since, since, changes_from=changes.found_by)
         _check_keys(layer, rows)
-        gone = None if changes.first else select_rows(spark, inputs, changes.before)
-        written = write_layer(spark, inputs, rows, gone, changes.until)
+        upserts, replaced = versions.replaced_rows(spark, inputs, rows, emptied, since)
+        gone = _keys_gone(spark, inputs, changes, replaced)
+        newer = versions.newer(layer.newest.by) if layer.newest else None
+        written = write_layer(
+            spark, inputs, upserts, gone, changes.until, newer=newer, schema_evolution=True
+        )
     finally:
         rows.unpersist()
         after.unpersist()
+        if replaced is not None:
+            replaced.unpersist()
     return LayerResult(
         upstream_from=since,
         upstream_to=changes.until if written.version is not None else since,
@@ -54,6 +68,33 @@ def refresh_row_layer(spark: SparkSession, inputs: LayerInputs) -> LayerResult:
         version=written.version,
         changes_from=changes.found_by,
     )
+
+
+def layer_rows(
+    spark: SparkSession,
+    inputs: LayerInputs,
+    upstream_rows: DataFrame,
+    emptied: frozenset[str] = frozenset(),
+) -> DataFrame:
+    """The layer's rows from ``upstream_rows``: its select's, cut to the newest versions
+    when the layer says ``newest`` (``emptied``: landing files whose newest version has no
+    rows)."""
+    rows = select_rows(spark, inputs, upstream_rows)
+    _check_key_columns(inputs.layer, rows)
+    versions.check_columns(inputs, rows)
+    return versions.newest_rows(inputs, rows, emptied)
+
+
+def _keys_gone(spark, inputs: LayerInputs, changes, replaced: DataFrame | None):
+    """Keys the select gave before the change (and may no longer give), and the keys of the
+    layer's rows that newer group versions replace."""
+    keys = [quote(k) for k in inputs.layer.keys_of_layer]
+    gone = None
+    if not changes.first:
+        gone = select_rows(spark, inputs, changes.before).select(*keys)
+    if replaced is not None:
+        gone = replaced.select(*keys) if gone is None else gone.unionByName(replaced.select(*keys))
+    return gone
 
 
 def select_rows(spark: SparkSession, inputs: LayerInputs, upstream_rows: DataFrame) -> DataFrame:
@@ -87,7 +128,7 @@ def select_rows(spark: SparkSession, inputs: LayerInputs, upstream_rows: DataFra
         ) from None
 
 
-def _check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
+def _check_key_columns(layer: RowLayerSpec, rows: DataFrame) -> None:
     missing = [k for k in layer.keys if k.lower() not in {c.lower() for c in rows.columns}]
     if missing:
         raise LayerError(
@@ -96,6 +137,9 @@ def _check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
             f"the select gives no column {', '.join(missing)} (it gives {', '.join(rows.columns)})",
             "list columns of the select as keys, or select them",
         )
+
+
+def _check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
     keys = [F.col(quote(k)) for k in layer.keys]
     twice = rows.groupBy(*keys).count().filter("count > 1").limit(3).collect()
     if twice:
@@ -104,8 +148,8 @@ def _check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
             layer.name,
             "keys",
             f"the select gives more than one row for a key ({sample})",
-            "add the columns that tell those rows apart to keys, or make the select give one "
-            "row per key",
+            "add the columns that tell those rows apart to keys, make the select give one "
+            "row per key, or keep the newest row of a key with newest.by",
         )
 
 
