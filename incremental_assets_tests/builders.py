@@ -21,13 +21,16 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import functions as F
 
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.demo import run as demo_run
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
-from incremental_assets.specs import TableSpec, load_project
+from incremental_assets.engine.declared_layers import LayerResult, layer_inputs, refresh_layer
+from incremental_assets.specs import TableSpec, WarehouseSpec, load_project
 from incremental_assets_tests.servers import QUICK_JIT
 
 UTC = timezone.utc
@@ -384,6 +387,83 @@ def landing_spec(folder: Path, **landing: Any) -> TableSpec:
             "partitioning": {"granularity": "daily", "start": "2026-01-01"},
         }
     )
+
+
+class InvoiceLayers:
+    """The invoices' silver and gold as the project's tables.yaml declares them, after the
+    landing table ``bronze``, with every table under ``warehouse``; ``silver()`` and
+    ``gold()`` refresh one layer (engine/declared_layers) and return what it did."""
+
+    def __init__(self, spark, warehouse: Path, bronze: TableSpec):
+        declared = load_project(PROJECT_ROOT / "tables.yaml")
+        self.spark = spark
+        self.project = declared.model_copy(
+            update={
+                "warehouse": WarehouseSpec(root=str(warehouse)),
+                "tables": [bronze],
+                "layers": demo_run.invoice_layers(declared),
+            }
+        )
+        self.bronze = DeltaTarget(bronze.name, self.project.target_path(bronze))
+        self.silver_layer = self.project.layer("invoices_silver")
+        self.gold_layer = self.project.layer("invoices_gold")
+        self.silver_target = DeltaTarget(
+            "invoices_silver", self.project.layer_path(self.silver_layer)
+        )
+        self.gold_target = DeltaTarget("invoices_gold", self.project.layer_path(self.gold_layer))
+
+    def silver(self) -> LayerResult:
+        return refresh_layer(self.spark, layer_inputs(self.project, self.silver_layer))
+
+    def gold(self) -> LayerResult:
+        return refresh_layer(self.spark, layer_inputs(self.project, self.gold_layer))
+
+    def gold_rows(self) -> list[tuple]:
+        """Gold's rows: (day, store, payment method, invoices, items, sales rounded)."""
+        return comparable_gold(self.gold_target.to_spark(self.spark))
+
+    def gold_from_scratch(self) -> list[tuple]:
+        """Sales per day, store and payment method over silver as it is, computed here
+        with plain Spark (not with the layer's code)."""
+        silver = self.silver_target.to_spark(self.spark)
+        daily = silver.groupBy(
+            F.window("CreatedTime", "1 day")["start"].alias("window_start"),
+            "StoreID",
+            "PaymentMethod",
+        ).agg(
+            F.countDistinct("InvoiceNumber").alias("invoices"),
+            F.sum("ItemQty").alias("items"),
+            F.sum("TotalValue").alias("sales"),
+        )
+        return comparable_gold(daily)
+
+
+def invoice_layers_yaml() -> str:
+    """The ``layers`` section of the project's tables.yaml (the invoices' silver and gold),
+    to append to a tables file whose bronze table is ``invoices_bronze``."""
+    declared = yaml.safe_load((PROJECT_ROOT / "tables.yaml").read_text())["layers"]
+    return yaml.safe_dump({"layers": declared}, sort_keys=False)
+
+
+def comparable_gold(rows) -> list[tuple]:
+    """Daily gold rows as sorted tuples, the day (UTC, formatted by Spark) first and sales
+    rounded to 6 decimals (a sum of doubles depends on the order Spark adds them in)."""
+    day = F.date_format("window_start", "yyyy-MM-dd").alias("day")
+    columns = ["StoreID", "PaymentMethod", "invoices", "items", "sales"]
+    return sorted(
+        (r["day"], *[round(v, 6) if isinstance(v, float) else v for v in r[1:]])
+        for r in rows.select(day, *columns).collect()
+    )
+
+
+def days(result: LayerResult) -> list[str]:
+    """The days a daily aggregate layer's refresh recomputed."""
+    return [w.date().isoformat() for w in result.windows]
+
+
+def written(result: LayerResult) -> int:
+    """Rows a refresh inserted or updated."""
+    return result.rows_inserted + result.rows_updated
 
 
 # --- a Dagster project in a folder ---------------------------------------------------------

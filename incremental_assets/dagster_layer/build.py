@@ -18,7 +18,6 @@ from incremental_assets.dagster_layer.maintenance import (
 from incremental_assets.dagster_layer.pools import pool_aware_executor
 from incremental_assets.dagster_layer.resource_config import refuse_literal_secrets
 from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_resource
-from incremental_assets.demo.invoice_assets import refined_layers
 from incremental_assets.specs import ProjectSpec
 
 AUTOMATION_SENSOR = "incremental_assets_automation"
@@ -43,7 +42,6 @@ def build_definitions(
     maintenance_job_name: str = JOB_NAME,
 ) -> dg.Definitions:
     assets = [table_asset(project, spec) for spec in project.tables]
-    assets += refined_layers(project)  # silver and gold after landing tables that ask
     assets += layer_assets(project)  # the declared layers (tables file's ``layers``)
     # Landing folders: a sensor per table requests a load when new files are ready.
     sensors = [landing_sensor(project, spec) for spec in project.tables if spec.landing]

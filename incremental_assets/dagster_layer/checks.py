@@ -211,19 +211,6 @@ def layer_check_specs(asset: str, keys: tuple[str, ...]) -> list[dg.AssetCheckSp
     ]
 
 
-def layer_check_results(
-    spark, target: DeltaTarget, keys: tuple[str, ...], version: int | None
-) -> list[dg.AssetCheckResult]:
-    """``layer_check_specs``' results after a layer's commit ``version`` (None: nothing
-    written; then the whole table is checked)."""
-    return as_results(
-        {
-            KEYS_UNIQUE: checks.keys_unique(spark, target, keys, written_by=version),
-            KEYS_NOT_NULL: checks.keys_not_null(spark, target, keys),
-        }
-    )
-
-
 def _guarded(spec: TableSpec) -> bool:
     """Tables whose runs delete target rows, under the vanished-source guard."""
     return strategy_for(spec).guards_deletes

@@ -33,8 +33,6 @@ import dagster as dg
 
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.definitions import PROJECT_ROOT, tables_path
-from incremental_assets.demo.invoice_assets import layer_names
-from incremental_assets.demo.invoices import comparable_gold, daily_sales
 from incremental_assets.demo.s3_server import local_s3
 from incremental_assets.demo.shop_database import (
     ORDERS_TABLE,
@@ -43,13 +41,15 @@ from incremental_assets.demo.shop_database import (
     jdbc_jar,
     shop_database,
 )
-from incremental_assets.demo.simulator import INVOICE_DDL, DeltaOrders, SourceSimulator
+from incremental_assets.demo.simulator import DeltaOrders, SourceSimulator
 from incremental_assets.demo.simulator import day as simulator_day
-from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.declared_layers import layer_inputs
+from incremental_assets.engine.declared_layers.aggregate_layer import aggregate
 from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import start_session
-from incremental_assets.specs import ProjectSpec, TableSpec, WarehouseSpec, load_project
+from incremental_assets.specs import ProjectSpec, WarehouseSpec, load_project
+from incremental_assets.specs.layers import AggregateLayerSpec, LayerSpec
 
 POSTGRES_TABLES = Path(__file__).with_name("tables_postgres.yaml")
 COLUMNS = (
@@ -186,32 +186,34 @@ def _environment(name: str, value: str) -> Iterator[None]:
 
 
 INVOICES = "invoices_bronze"
+# The project's own tables file declares the invoices' bronze table and its layers.
+DEMO_TABLES = PROJECT_ROOT / "tables.yaml"
 
 
-def invoices_spec(simulator: SourceSimulator) -> TableSpec:
-    """The demo's landing table of point-of-sale invoice files, with silver and gold."""
-    return TableSpec.model_validate(
-        {
-            "name": INVOICES,
-            "description": "Invoice files dropped by point-of-sale systems (JSON lines), "
-            "each file version loaded once; silver and gold follow.",
-            "source": {
-                "format": "json",
-                "path": simulator.invoices_path,
-                "schema": INVOICE_DDL,
-                "landing": {"settle": "30s", "refine": "invoices"},
-            },
-            "strategy": "append",
-            "partitioning": {"granularity": "daily", "start": "today-4d"},
-        }
-    )
+def invoice_layers(project: ProjectSpec) -> list[LayerSpec]:
+    """The layers after the invoices' bronze table (and after those), in order."""
+    after, out = {INVOICES}, []
+    for layer in project.layers:
+        if layer.upstream in after:
+            after.add(layer.name)
+            out.append(layer)
+    return out
 
 
 def _with_invoices(project: ProjectSpec, simulator: SourceSimulator) -> ProjectSpec:
-    """The project plus the invoice landing table, unless tables.yaml already has one."""
+    """The project plus the invoice landing table and its layers as the project's
+    tables.yaml declares them (reading the simulator's folder), unless it has the table."""
     if any(t.name == INVOICES for t in project.tables):
         return project
-    return project.model_copy(update={"tables": [*project.tables, invoices_spec(simulator)]})
+    demo = load_project(DEMO_TABLES)
+    bronze = demo.table(INVOICES)
+    source = bronze.source.model_copy(update={"path": simulator.invoices_path})
+    return project.model_copy(
+        update={
+            "tables": [*project.tables, bronze.model_copy(update={"source": source})],
+            "layers": [*project.layers, *invoice_layers(demo)],
+        }
+    )
 
 
 def _run(
@@ -227,7 +229,7 @@ def _run(
     defs = build_definitions(full)
     assets = [defs.get_assets_def(spec.name) for spec in project.tables]
     invoice_assets = [
-        defs.get_assets_def(n) for n in (INVOICES, *layer_names(full.table(INVOICES)))
+        defs.get_assets_def(n) for n in (INVOICES, *[x.name for x in invoice_layers(full)])
     ]
     resources = defs.resources
     if simulator.orders is None:
@@ -312,9 +314,9 @@ def _run(
 
 
 def _load_invoices(instance, assets, resources, dropped: dict, partition: str) -> None:
-    """Bronze for the round's partition (every new file), then silver and gold."""
+    """Bronze for the round's partition (every new file), then its layers (silver, gold)."""
     started = time.perf_counter()
-    bronze, silver, gold = (a.key.to_user_string() for a in assets)
+    bronze, *layers = (a.key.to_user_string() for a in assets)
     files = ", ".join(f"{k} ({v} invoices)" if v else f"{k} (corrupt)" for k, v in dropped.items())
     print(f"  invoice files dropped: {files}")
     run = dg.materialize(
@@ -329,46 +331,44 @@ def _load_invoices(instance, assets, resources, dropped: dict, partition: str) -
     quarantined = [
         c for c in run.get_asset_check_evaluations() if c.check_name == "no_files_quarantined"
     ]
-    layers = dg.materialize(
+    result = dg.materialize(
         assets[1:],
         instance=instance,
         resources=resources,
         run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
     )
-    s_meta = {
-        k: v.value for k, v in layers.asset_materializations_for_node(silver)[-1].metadata.items()
-    }
-    g_meta = {
-        k: v.value for k, v in layers.asset_materializations_for_node(gold)[-1].metadata.items()
-    }
+    failed = [
+        f"{c.asset_key.to_user_string()} {c.check_name}"
+        for c in result.get_asset_check_evaluations()
+        if not c.passed
+    ]
+    if failed:
+        raise SystemExit(f"asset checks failed: {', '.join(failed)}")
     warned = [c for c in quarantined if not c.passed]
-    print(
-        f"  {bronze}: {meta['files_loaded']} files loaded, {meta['files_quarantined']} "
+    parts = [
+        f"{bronze}: {meta['files_loaded']} files loaded, {meta['files_quarantined']} "
         f"quarantined{' (check no_files_quarantined warns)' if warned else ''}, "
-        f"{meta['rows_inserted']} rows; {silver}: {s_meta['rows_written']} lines upserted, "
-        f"{s_meta['rows_deleted']} deleted; {gold}: days recomputed {g_meta['days_recomputed']} "
-        f"({time.perf_counter() - started:.1f}s)"
-    )
+        f"{meta['rows_inserted']} rows"
+    ]
+    for name in layers:
+        event = result.asset_materializations_for_node(name)[-1]
+        m = {k: v.value for k, v in event.metadata.items()}
+        if "windows_recomputed" in m:
+            parts.append(f"{name}: windows recomputed {m['windows_recomputed']}")
+        else:
+            upserted = m["rows_inserted"] + m["rows_updated"]
+            parts.append(f"{name}: {upserted} rows upserted, {m['rows_deleted']} deleted")
+    print(f"  {'; '.join(parts)} ({time.perf_counter() - started:.1f}s)")
 
 
 def _check_invoices(spark, project: ProjectSpec, warehouse) -> int:
-    """Gold equals a from-scratch aggregation of silver; the corrupt file is quarantined."""
+    """Each aggregate layer after the invoices equals a from-scratch aggregation of its
+    upstream; the corrupt file is quarantined."""
     spec = project.table(INVOICES)
-    silver_name, gold_name = layer_names(spec)
-    root = project.warehouse.root.rstrip("/")
-    options = warehouse.storage_options()
-    silver = DeltaTarget(silver_name, f"{root}/{silver_name}", options).to_spark(spark)
-    gold = DeltaTarget(gold_name, f"{root}/{gold_name}", options).to_spark(spark)
-    # Compared as comparable_gold does (sales rounded to 6 decimals): a sum of doubles
-    # depends on the order Spark adds them in, which differs with the files' layout.
-    held = Counter(comparable_gold(gold.collect()))
-    scratch = Counter(comparable_gold(daily_sales(silver).collect()))
-    extra, missing = (held - scratch).total(), (scratch - held).total()
-    verdict = "equal" if extra == missing == 0 else "DIFFERENT"
-    print(
-        f"  {gold_name:<17} {verdict} to a from-scratch aggregation of {silver_name} "
-        f"({gold.count()} rows; {extra} extra, {missing} missing)"
-    )
+    failures = 0
+    for layer in invoice_layers(project):
+        if isinstance(layer, AggregateLayerSpec):
+            failures += _check_aggregate(spark, project, layer, warehouse)
     folder = quarantine_dir(str(spec.source.path), spec.landing)
     moved = (
         sorted(p for p in os.listdir(folder) if not p.endswith(".reason.txt"))
@@ -379,7 +379,32 @@ def _check_invoices(spark, project: ProjectSpec, warehouse) -> int:
     print(
         f"  {spec.name:<17} corrupt files quarantined: {', '.join(corrupt) or 'NONE'} (in {folder})"
     )
-    return (verdict != "equal") + (not corrupt)
+    return failures + (not corrupt)
+
+
+def _check_aggregate(spark, project: ProjectSpec, layer: AggregateLayerSpec, warehouse) -> int:
+    inputs = layer_inputs(project, layer, warehouse.storage_options())
+    held = inputs.target.to_spark(spark)
+    scratch = aggregate(layer, inputs.upstream.to_spark(spark))
+    columns = [*layer.keys_of_layer, *[a.name for a in layer.aggregates]]
+    # Compared with sums rounded to 6 decimals: a sum of doubles depends on the order Spark
+    # adds them in, which differs with the files' layout.
+    mine, theirs = Counter(comparable(held, columns)), Counter(comparable(scratch, columns))
+    extra, missing = (mine - theirs).total(), (theirs - mine).total()
+    verdict = "equal" if extra == missing == 0 else "DIFFERENT"
+    print(
+        f"  {layer.name:<17} {verdict} to a from-scratch aggregation of {layer.upstream} "
+        f"({sum(mine.values())} rows; {extra} extra, {missing} missing)"
+    )
+    return verdict != "equal"
+
+
+def comparable(rows, columns: list[str]) -> list[tuple]:
+    """The ``columns`` of a DataFrame's rows as tuples (doubles rounded to 6 decimals)."""
+    return [
+        tuple(round(v, 6) if isinstance(v, float) else v for v in (r[c] for c in columns))
+        for r in rows.select(*columns).collect()
+    ]
 
 
 def _print_window_filters(database: ShopDatabase, since: int | None) -> None:

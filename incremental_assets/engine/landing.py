@@ -2,7 +2,8 @@
 
 A file is identified by its path and version (size and modification time): a file
 rewritten in place is a new version and is loaded again; the rows of both versions stay
-in bronze, tagged, and silver keeps the newest version of each file (``newest_versions``).
+in bronze, tagged, and a layer after it keeps the newest version of each file (a row
+layer's ``newest.replaces: [_ia_source_file]``; ``newest_versions`` in Python).
 
 Exactly once:
 

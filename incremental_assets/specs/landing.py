@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import posixpath
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -79,12 +79,22 @@ class LandingSpec(BaseModel):
         "starting with '.' or '_').",
     )
 
-    refine: Literal["invoices"] | None = Field(
+    refine: str | None = Field(
         default=None,
-        description="'invoices': add silver (one row per invoice line, upserted by "
-        "InvoiceNumber and ItemCode) and gold (daily sales per store and payment method) "
-        "assets after this bronze table, updated by Dagster automation.",
+        description="Removed: the invoices' silver and gold are declared layers now "
+        "(the tables file's 'layers'); a value fails at load saying so.",
     )
+
+    @field_validator("refine")
+    @classmethod
+    def _refine_removed(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError(
+                f"refine: {value} was replaced by declared layers: remove it and declare the "
+                "silver and gold under 'layers' (docs/layers.md shows the invoices' silver "
+                "and gold; the project's tables.yaml has them)"
+            )
+        return value
 
     @field_validator("marker")
     @classmethod

@@ -223,13 +223,6 @@ def _layers(
         return []
     known: dict[str, str] = {t.name: "table" for t in tables}
     folded = {name.casefold(): name for name in known}
-    # The demo's invoice layers (demo/invoice_assets.py) are assets of these names too.
-    demo = {
-        f"{t.name.removesuffix('_bronze')}_{kind}".casefold(): t.name
-        for t in tables
-        if t.landing is not None and t.landing.refine == "invoices"
-        for kind in ("silver", "gold")
-    }
     out: list[LayerSpec] = []
     for index, item in enumerate(raw):
         name = item.get("name") if isinstance(item, dict) else None
@@ -256,16 +249,6 @@ def _layers(
                     "name",
                     f"is already the name of a {what} ('{other}'); tables and layers need "
                     "names unique regardless of case (each is a folder and an asset)",
-                )
-            )
-            continue
-        if layer.name.casefold() in demo:
-            problems.append(
-                (
-                    label,
-                    "name",
-                    f"is the name of a layer the demo builds after table "
-                    f"'{demo[layer.name.casefold()]}' (landing.refine: invoices); choose another",
                 )
             )
             continue

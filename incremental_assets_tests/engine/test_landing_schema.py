@@ -14,12 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.demo.invoices import gold_from_silver, silver_from_bronze
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import SchemaMismatchError
 from incremental_assets.engine.landing import FileIndex, load_landing
 from incremental_assets.specs import TableSpec
-from incremental_assets_tests.builders import NOW, OLD, drop, invoice, landing_spec
+from incremental_assets_tests.builders import NOW, OLD, InvoiceLayers, drop, invoice, landing_spec
 
 
 def later() -> datetime:
@@ -43,13 +42,9 @@ def evolving_spec(folder: Path) -> TableSpec:
     return landing_spec(folder).model_copy(update={"on_schema_change": "append_new_columns"})
 
 
-def targets(tmp_path: Path) -> tuple[DeltaTarget, DeltaTarget, DeltaTarget]:
-    wh = tmp_path / "warehouse"
-    return (
-        DeltaTarget("invoices_bronze", str(wh / "invoices_bronze")),
-        DeltaTarget("invoices_silver", str(wh / "invoices_silver")),
-        DeltaTarget("invoices_gold", str(wh / "invoices_gold")),
-    )
+def targets(spark, tmp_path: Path, spec: TableSpec) -> InvoiceLayers:
+    """Bronze, and silver and gold as the project's tables.yaml declares them."""
+    return InvoiceLayers(spark, tmp_path / "warehouse", spec)
 
 
 def with_loyalty(number: int, points: int) -> dict:
@@ -60,11 +55,12 @@ def test_a_new_json_field_is_added_to_bronze_and_silver_with_earlier_rows_null(
     spark, folder, tmp_path
 ):
     spec = evolving_spec(folder)
-    bronze, silver, gold = targets(tmp_path)
+    layers = targets(spark, tmp_path, spec)
+    bronze, silver = layers.bronze, layers.silver_target
     drop(folder, "a.json", [invoice(1)])
     load_landing(spark, spec, bronze, now=NOW)
-    silver_from_bronze(spark, bronze, silver)
-    gold_from_silver(spark, silver, gold)
+    layers.silver()
+    layers.gold()
 
     drop(folder, "b.json", [with_loyalty(2, 40)])
     report = load_landing(spark, spec, bronze, now=NOW)
@@ -75,7 +71,7 @@ def test_a_new_json_field_is_added_to_bronze_and_silver_with_earlier_rows_null(
         {"InvoiceNumber": "INV2", "LoyaltyPoints": 40},
     ]
 
-    silver_from_bronze(spark, bronze, silver)
+    layers.silver()
     lines = DeltaTable(silver.path).to_pyarrow_table(columns=["InvoiceNumber", "LoyaltyPoints"])
     assert sorted((r["InvoiceNumber"], r["LoyaltyPoints"]) for r in lines.to_pylist()) == [
         ("INV1", None),
@@ -83,7 +79,7 @@ def test_a_new_json_field_is_added_to_bronze_and_silver_with_earlier_rows_null(
         ("INV2", 40),
         ("INV2", 40),
     ]
-    assert gold_from_silver(spark, silver, gold).version is not None
+    assert layers.gold().version is not None
 
     # A later file without the field still loads (its rows null), and the field stays.
     drop(folder, "c.json", [invoice(3)])
