@@ -136,3 +136,12 @@ def test_a_table_writing_into_a_layers_folder_fails_naming_both(path, relation):
     assert f"{relation} the folder of layer 'orders_silver'" in text
     assert "rename the layer" in text
 
+
+def test_the_invoices_layers_of_docs_layers_md_are_the_demos():
+    root = Path(__file__).parents[2]
+    page = (root / "docs" / "layers.md").read_text()
+    block = page.split("### Newest versions", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    documented = yaml.safe_load(block)["layers"]
+    declared = yaml.safe_load((root / "tables.yaml").read_text())["layers"]
+    drop = ("description",)
+    assert documented == [{k: v for k, v in x.items() if k not in drop} for x in declared]
