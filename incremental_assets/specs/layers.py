@@ -10,6 +10,12 @@ A layer follows one upstream, ``from``: a table or an earlier layer. Two kinds:
 - ``aggregate`` (gold): ``group_by`` columns of the upstream, ``aggregates`` (sum, count,
   count_distinct, min, max) and an optional tumbling ``window`` of a time column.
 
+A layer runs in batch (``run: batch``, the default: each run reads what the upstream's
+Delta table changed) or, for an aggregate layer with a window after a table whose source is
+a folder of files, as a Structured Streaming query (``run: streaming``: each run reads the
+folder's new files, with the window's ``watermark`` as the lateness it accepts;
+engine/declared_layers/streaming_layer.py).
+
 Example:
     .. code-block:: yaml
 
@@ -30,6 +36,14 @@ Example:
             aggregates:
               - {name: revenue, function: sum, column: amount}
               - {name: orders, function: count}
+          - name: invoice_totals_hourly
+            kind: aggregate
+            from: invoices_bronze          # a table whose source is a folder of files
+            run: streaming
+            group_by: [CustomerID]
+            window: {column: InvoiceDate, size: 1h, watermark: 1h}
+            aggregates:
+              - {name: total_amount, function: sum, column: TotalAmount}
 """
 
 from __future__ import annotations
@@ -75,6 +89,13 @@ class _Layer(BaseModel):
     description: str | None = None
     group: str | None = Field(
         default=None, description="The Dagster asset group; default the upstream's group."
+    )
+    run: Literal["batch", "streaming"] = Field(
+        default="batch",
+        description="'batch': each run reads what the upstream's Delta table changed; "
+        "'streaming' (aggregate layers with a window and its watermark, after a table whose "
+        "source is a folder of files): each run is a Structured Streaming query over the "
+        "folder's new files, with its checkpoint in the layer's folder.",
     )
 
     @field_validator("name")
@@ -168,9 +189,23 @@ class RowLayerSpec(_Layer):
             )
         return self
 
+    @model_validator(mode="after")
+    def _batch_only(self) -> RowLayerSpec:
+        if self.run == "streaming":
+            raise PydanticCustomError(
+                "field:run",
+                "a row layer runs in batch only (streaming is for aggregate layers with a "
+                "window); remove run or set run: batch",
+            )
+        return self
+
     @property
     def keys_of_layer(self) -> tuple[str, ...]:
         return tuple(self.keys)
+
+    @property
+    def streaming(self) -> bool:
+        return False
 
 
 class AggregateSpec(BaseModel):
@@ -192,6 +227,13 @@ def _positive(value: object) -> timedelta:
     return size
 
 
+def _lateness(value: object) -> timedelta:
+    delay = parse_duration(value)
+    if delay < timedelta(0):
+        raise ValueError(f"{value!r}: a watermark is a delay, 0s or more; write e.g. '1h'")
+    return delay
+
+
 class WindowSpec(BaseModel):
     """A tumbling window of a time column: each row counts in the window holding it."""
 
@@ -202,10 +244,22 @@ class WindowSpec(BaseModel):
         description="The window's length, e.g. 1h or 1d (windows start at UTC midnight "
         "multiples of it)."
     )
+    watermark: Annotated[timedelta, BeforeValidator(_lateness)] | None = Field(
+        default=None,
+        description="run: streaming only: how late a row may arrive, behind the latest "
+        "time the query has seen in the column (e.g. 1h). A row later than that is dropped "
+        "and counted (its window is final); earlier late rows update their window.",
+    )
 
     @property
     def spark_duration(self) -> str:
         return f"{int(self.size.total_seconds())} seconds"
+
+    @property
+    def spark_delay(self) -> str:
+        """The watermark's delay as Spark's ``withWatermark`` takes it."""
+        assert self.watermark is not None
+        return f"{int(self.watermark.total_seconds())} seconds"
 
     def __str__(self) -> str:
         return f"{format_duration(self.size)} of {self.column}"
@@ -251,12 +305,44 @@ class AggregateLayerSpec(_Layer):
                 "{names}: an output has the name of a group column; rename it",
                 {"names": ", ".join(clash)},
             )
+        self._check_run()
         return self
+
+    def _check_run(self) -> None:
+        """A streaming aggregate keeps each open window in the query's state until the
+        watermark passes it, so it needs both; a batch one recomputes from the upstream
+        and has no use for a watermark."""
+        if self.run == "batch":
+            if self.window is not None and self.window.watermark is not None:
+                raise PydanticCustomError(
+                    "field:window.watermark",
+                    "only a streaming layer drops late rows: remove watermark, or set "
+                    "run: streaming",
+                )
+            return
+        if self.window is None:
+            raise PydanticCustomError(
+                "field:window",
+                "a streaming layer needs a window with a watermark (e.g. {column: "
+                "InvoiceDate, size: 1h, watermark: 1h}): without one its state would keep "
+                "every group forever",
+            )
+        if self.window.watermark is None:
+            raise PydanticCustomError(
+                "field:window.watermark",
+                "a streaming layer needs the window's watermark: how late a row may arrive "
+                "and still update its window (e.g. watermark: 1h)",
+            )
 
     @property
     def keys_of_layer(self) -> tuple[str, ...]:
         bounds = (WINDOW_START, WINDOW_END) if self.window else ()
         return (*self.group_by, *bounds)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the layer runs as a Structured Streaming query over its upstream's files."""
+        return self.run == "streaming"
 
 
 LayerSpec = RowLayerSpec | AggregateLayerSpec

@@ -257,6 +257,8 @@ def _layers(
                 (label, "name", "holds '__', which names the loader's side tables; use one '_'")
             )
         _check_upstream(label, layer, known, problems)
+        if layer.streaming and known.get(layer.upstream) in ("table", "layer"):
+            _check_streamed_source(label, layer, tables, problems)
         known[layer.name] = "layer"
         folded[layer.name.casefold()] = layer.name
         out.append(layer)
@@ -287,6 +289,45 @@ def _check_upstream(
                 "select",
                 f"does not read its upstream '{layer.upstream}': name it in the FROM clause "
                 "(each run binds that name to the upstream rows that changed)",
+            )
+        )
+
+
+def _check_streamed_source(
+    label: LayerLabel,
+    layer: LayerSpec,
+    tables: list[TableSpec],
+    problems: list[tuple[str | None, str, str]],
+) -> None:
+    """A streaming layer reads its upstream table's folder of files as they arrive, with
+    the declared schema (a stream cannot infer one per run: its state would not fit)."""
+    spec = next((t for t in tables if t.name == layer.upstream), None)
+    if spec is None:
+        problems.append(
+            (
+                label,
+                "run",
+                f"a streaming layer follows a table whose source is a folder of files; "
+                f"'{layer.upstream}' is a layer: set run: batch, or follow that table",
+            )
+        )
+    elif spec.source.format not in ("csv", "json", "parquet") or spec.source.path is None:
+        problems.append(
+            (
+                label,
+                "run",
+                f"a streaming layer reads its table's folder of csv, json or parquet files; "
+                f"'{spec.name}' reads {spec.source.format}: set run: batch",
+            )
+        )
+    elif spec.source.schema_ddl is None:
+        problems.append(
+            (
+                label,
+                "run",
+                f"a streaming layer reads '{spec.name}''s files with the declared schema: "
+                f"give that table's source.schema (Spark DDL, e.g. 'InvoiceID STRING, "
+                "InvoiceDate TIMESTAMP, TotalAmount DOUBLE'), or set run: batch",
             )
         )
 

@@ -145,3 +145,73 @@ def test_the_invoices_layers_of_docs_layers_md_are_the_demos():
     declared = yaml.safe_load((root / "tables.yaml").read_text())["layers"]
     drop = ("description",)
     assert documented == [{k: v for k, v in x.items() if k not in drop} for x in declared]
+
+
+INVOICES = {
+    "name": "invoices",
+    "source": {
+        "format": "csv",
+        "path": "/data/landing/invoices",
+        "schema": "InvoiceID STRING, CustomerID STRING, InvoiceDate TIMESTAMP, TotalAmount DOUBLE",
+        "options": {"header": "true"},
+        "landing": {},
+    },
+    "strategy": "append",
+    "partitioning": {"granularity": "daily", "start": "2026-01-01"},
+}
+STREAMED = {
+    "name": "invoice_totals_hourly",
+    "kind": "aggregate",
+    "from": "invoices",
+    "run": "streaming",
+    "group_by": ["CustomerID"],
+    "window": {"column": "InvoiceDate", "size": "1h", "watermark": "1h"},
+    "aggregates": [{"name": "total_amount", "function": "sum", "column": "TotalAmount"}],
+}
+
+
+def streamed_project(*layers: dict, table: dict = INVOICES):
+    raw = {
+        "warehouse": {"root": "/data/warehouse"},
+        "tables": [table, TABLE],
+        "layers": list(layers),
+    }
+    return parse_project(raw, source="tables.yaml", base_dir=Path("/data"))
+
+
+def test_a_streaming_layer_loads_with_its_watermark_and_batch_stays_the_default():
+    streamed = streamed_project(STREAMED).layers[0]
+    assert (streamed.run, streamed.streaming) == ("streaming", True)
+    assert streamed.window.spark_delay == "3600 seconds"
+    assert not project(SILVER, GOLD).layers[1].streaming
+
+
+NO_SCHEMA = {**INVOICES, "source": {**INVOICES["source"], "format": "parquet", "schema": None}}
+
+
+@pytest.mark.parametrize(
+    ("layer", "table", "field", "fragment"),
+    [
+        ({**STREAMED, "window": None}, INVOICES, "window", "needs a window with a watermark"),
+        (
+            {**STREAMED, "window": {"column": "InvoiceDate", "size": "1h"}},
+            INVOICES,
+            "window.watermark",
+            "needs the window's watermark",
+        ),
+        ({**STREAMED, "run": "batch"}, INVOICES, "window.watermark", "set run: streaming"),
+        ({**STREAMED, "run": "stream"}, INVOICES, "run", "'batch' or 'streaming'"),
+        ({**SILVER, "run": "streaming"}, INVOICES, "run", "a row layer runs in batch only"),
+        ({**STREAMED, "from": "orders"}, INVOICES, "run", "'orders' reads delta"),
+        ({**STREAMED}, NO_SCHEMA, "run", "give that table's source.schema"),
+    ],
+)
+def test_a_bad_streaming_declaration_is_one_problem_naming_the_layer_and_field(
+    layer, table, field, fragment
+):
+    with pytest.raises(SpecError) as caught:
+        streamed_project(layer, table=table)
+    problems = [p for p in caught.value.problems if p[1] != "-"]
+    assert len(problems) == 1, caught.value
+    assert problems[0][:2] == (layer["name"], field)
+    assert fragment in problems[0][2]
