@@ -40,6 +40,9 @@ as a table name, so a warehouse that holds one is never mistaken for a table."""
 STAGING_SUFFIX = "staging"
 """A table's runs stage under ``<target>__staging``, a folder the table owns alone."""
 
+CHECKPOINT_SUFFIX = "checkpoint"
+"""A streaming layer's query keeps its checkpoint in ``<target>__checkpoint``."""
+
 RESERVED_NAMES = (STAGING, "_delta_log")
 """Table names that are folders the loader or Delta Lake keep (compared ignoring case)."""
 
@@ -195,6 +198,13 @@ def staging_location(target: str) -> str:
     return f"{target.rstrip('/')}__{STAGING_SUFFIX}"
 
 
+def checkpoint_folder(target: str) -> str:
+    """Where a streaming layer's query keeps its checkpoint: ``<target>__checkpoint``, beside
+    its Delta table (not inside it, where engines that guard a table's folder against other
+    formats would refuse to read or empty it)."""
+    return f"{target.rstrip('/')}__{CHECKPOINT_SUFFIX}"
+
+
 def _inside(inner: str, outer: str) -> bool:
     return inner != outer and inner.startswith(outer.rstrip("/") + "/")
 
@@ -336,10 +346,10 @@ def _own_problem(storage: Storage) -> tuple[str, str, str] | None:
 
 
 def reserved_suffix(name: str) -> str | None:
-    """The side-table or staging suffix a table name ends with (``orders__quarantine``,
-    ``orders__staging``, in any case), else None."""
+    """The side-table, staging or checkpoint suffix a table name ends with
+    (``orders__quarantine``, ``orders__staging``, in any case), else None."""
     folded = name.casefold()
-    for suffix in (*SIDE_TABLES, STAGING_SUFFIX):
+    for suffix in (*SIDE_TABLES, STAGING_SUFFIX, CHECKPOINT_SUFFIX):
         if folded.endswith(f"__{suffix}"):
             return suffix
     return None

@@ -709,7 +709,8 @@ class TableSpec(_Spec):
             stem = value[: -len(suffix) - 2]
             raise ValueError(
                 f"{value!r} ends in '__{suffix}', which the loader reserves for the side "
-                f"table or staging folder it keeps beside a target ({stem}'s __{suffix}); "
+                f"table, staging or checkpoint folder it keeps beside a target ({stem}'s "
+                f"__{suffix}); "
                 f"choose another name, e.g. {value.replace('__', '_')}"
             )
         return value

@@ -81,6 +81,13 @@ def test_a_table_named_like_another_tables_side_table_is_refused(tmp_path):
     assert "reserves" in message
 
 
+def test_a_table_named_like_a_streaming_layers_checkpoint_folder_is_refused(tmp_path):
+    problems = problems_of(tmp_path, table("totals__Checkpoint"))
+
+    assert [(n, f) for n, f, _ in problems] == [("totals__Checkpoint", "name")]
+    assert "'__checkpoint'" in problems[0][2]
+
+
 @pytest.mark.parametrize("suffix", ["tombstones", "changes", "quarantine", "files"])
 def test_a_target_at_another_tables_side_table_is_refused(tmp_path, suffix):
     problems = problems_of(
