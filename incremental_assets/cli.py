@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         "replay-quarantine": _replay_quarantine,
         "reconcile": _reconcile,
         "free-slots": _free_slots,
+        "reset-layer": _reset_layer,
     }
     try:
         code = commands[args.command](args)
@@ -237,7 +238,46 @@ def _parser() -> argparse.ArgumentParser:
         "whose worker still runs on this host.",
     )
     free_slots.add_argument("run_id", help="the run named by the waiting run's warning")
+
+    reset_layer = commands.add_parser(
+        "reset-layer",
+        help="empty a streaming layer's Delta table and its checkpoint, so its "
+        "next materialization reads every file of its source folder anew",
+        description="A streaming layer (run: streaming) keeps its Delta table and its "
+        "query's checkpoint (<layer folder>__checkpoint) together; after a change of its "
+        "declaration or source, or after one of the two was deleted, its runs refuse to start. "
+        "This "
+        "empties both (the checkpoint first); the next materialization creates both again.",
+    )
+    reset_layer.add_argument("layer")
+    reset_layer.add_argument("--tables", **tables)
     return parser
+
+
+# -- reset-layer ------------------------------------------------------------------------------
+
+
+def _reset_layer(args: argparse.Namespace) -> int:
+    from incremental_assets.engine.delta_lake.store import DeltaTarget
+    from incremental_assets.engine.streaming.checkpoint import checkpoint_location, reset
+
+    project = _project(args.tables)
+    try:
+        layer = project.layer(args.layer)
+    except KeyError as exc:
+        raise CliError(str(exc.args[0])) from None
+    if not layer.streaming:
+        raise CliError(
+            f"layer '{layer.name}' runs in batch and has no checkpoint; a batch layer's own "
+            "commits record what it covers"
+        )
+    target = DeltaTarget(layer.name, project.layer_path(layer), project.warehouse.storage_options)
+    reset(_spark(project, "incremental-assets-reset-layer"), target)
+    print(
+        f"{layer.name}: emptied its checkpoint {checkpoint_location(target)} and its Delta "
+        f"table {target.path}; the next materialization reads every file anew"
+    )
+    return 0
 
 
 # -- free-slots -----------------------------------------------------------------------------

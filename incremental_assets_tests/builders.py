@@ -481,6 +481,70 @@ tables:
 """
 
 
+# --- the issue's invoices as CSV files, for a streaming layer -------------------------------
+
+STREAMING_YAML = """
+warehouse: {root: ./warehouse}
+tables:
+  - name: invoices
+    source:
+      format: csv
+      path: ./landing/invoices
+      schema: "InvoiceID STRING, CustomerID STRING, InvoiceDate TIMESTAMP, TotalAmount DOUBLE"
+      options: {header: "true", maxFilesPerTrigger: "1"}   # a batch per file, in name order
+      landing: {settle: 0s}
+    strategy: append
+    partitioning: {granularity: daily, start: 2026-01-01}
+layers:
+  - name: invoice_totals
+    kind: aggregate
+    from: invoices
+    run: streaming
+    group_by: [CustomerID]
+    window: {column: InvoiceDate, size: 1h, watermark: 1h}
+    aggregates:
+      - {name: total_amount, function: sum, column: TotalAmount}
+      - {name: invoices, function: count}
+"""
+STREAMING_COLUMNS = ["CustomerID", "window_start", "window_end", "total_amount", "invoices"]
+Invoice = tuple[str, str, str, float]  # InvoiceID, CustomerID, InvoiceDate (UTC), TotalAmount
+
+
+class InvoiceFiles:
+    """The landing folder of STREAMING_YAML's ``invoices``: CSV files with a header, each
+    written whole and stamped a second after the one before (Spark's file stream takes
+    the oldest first, one per batch with maxFilesPerTrigger 1)."""
+
+    def __init__(self, root: Path):
+        self.folder = root / "landing" / "invoices"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.written: list[Invoice] = []
+        self.written_files: list[str] = []
+        self.started = int(datetime.now(UTC).timestamp())
+
+    def drop(self, *invoices: Invoice) -> None:
+        name = f"invoices-{len(self.written_files):03d}.csv"
+        lines = ["InvoiceID,CustomerID,InvoiceDate,TotalAmount"]
+        lines += [f"{i},{c},{t},{a}" for i, c, t, a in invoices]
+        partial = self.folder / f".{name}.partial"  # hidden from Spark until renamed
+        partial.write_text("\n".join(lines) + "\n")
+        stamp = self.started + len(self.written_files)
+        os.utime(partial, (stamp, stamp))
+        partial.rename(self.folder / name)
+        self.written_files.append(name)
+        self.written.extend(invoices)
+
+
+def hourly_totals(invoices: list[Invoice]) -> list[tuple]:
+    """STREAMING_YAML's layer computed from scratch in plain Python: per customer and hour,
+    the sum of TotalAmount and the count."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for _, customer, time, amount in invoices:
+        start = datetime.fromisoformat(time).replace(minute=0, second=0, tzinfo=UTC)
+        groups[(customer, start, start + timedelta(hours=1))].append(amount)
+    return sorted((*key, sum(amounts), len(amounts)) for key, amounts in groups.items())
+
+
 class Project:
     """A project folder with its ``tables.yaml`` (by default the ``orders`` table of
     ORDERS_YAML on a Delta source), its definitions and its first table's target."""

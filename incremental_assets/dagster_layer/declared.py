@@ -1,6 +1,7 @@
 """One asset per declared layer (specs/layers.py), downstream of its upstream's asset:
-it refreshes the layer from what the upstream changed (engine/declared_layers/) and
-reports what it read and merged, with the layer's checks.
+it refreshes the layer from what the upstream changed (engine/declared_layers/), or runs
+a streaming layer's query over the upstream's new files, and reports what it read and
+wrote, with the layer's checks.
 
 (No ``from __future__ import annotations`` here: Dagster reads the context and resource
 annotations.)
@@ -19,13 +20,20 @@ from incremental_assets.dagster_layer.metadata import table_metadata, table_name
 from incremental_assets.dagster_layer.pools import mark_worker
 from incremental_assets.dagster_layer.resources import DeltaWarehouse, spark_session
 from incremental_assets.engine import checks
-from incremental_assets.engine.declared_layers import LayerResult, layer_inputs, refresh_layer
+from incremental_assets.engine.declared_layers import (
+    LayerResult,
+    StreamResult,
+    layer_inputs,
+    refresh_layer,
+    stream_layer,
+)
 from incremental_assets.engine.declared_layers.checks import counts_reconciled, sample_matches
 from incremental_assets.specs import ProjectSpec
 from incremental_assets.specs.layers import LayerSpec, WindowSpec
 
 COUNTS_RECONCILED = "counts_reconciled_with_upstream"
 SAMPLE_MATCHES = "sample_matches_full_aggregation"
+NO_LATE_ROWS = "no_late_rows_dropped"
 # Eager, but an unpartitioned layer after a partitioned table must not wait for every
 # partition of it to exist.
 AUTOMATION = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
@@ -59,6 +67,18 @@ def _check_specs(layer: LayerSpec) -> list[dg.AssetCheckSpec]:
         ]
     # A group's key may be null (a null group is a group), so keys_not_null does not apply.
     unique = [c for c in layer_check_specs(layer.name, keys) if c.name == KEYS_UNIQUE]
+    if layer.streaming:
+        # Its windows are final once the watermark passes them, so a from-scratch
+        # aggregation of the files (late rows included) is not what it should equal.
+        return [
+            *unique,
+            dg.AssetCheckSpec(
+                NO_LATE_ROWS,
+                asset=layer.name,
+                description="The run's streaming query dropped no row as late (behind the "
+                "window's watermark); fails naming how many it dropped.",
+            ),
+        ]
     return [
         *unique,
         dg.AssetCheckSpec(
@@ -72,6 +92,11 @@ def _check_specs(layer: LayerSpec) -> list[dg.AssetCheckSpec]:
 
 def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
     what = "rows of its select" if layer.kind == "row" else "aggregates per group"
+    how = (
+        f"run as a Structured Streaming query over the new files of {layer.upstream}'s folder"
+        if layer.streaming
+        else f"refreshed from what {layer.upstream} changed since the version it last covered"
+    )
     path = project.layer_path(layer)
 
     @dg.asset(
@@ -83,8 +108,7 @@ def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
         pool=f"incremental_assets_{layer.name}",
         check_specs=_check_specs(layer),
         description=layer.description
-        or f"Declared {layer.kind} layer after {layer.upstream}: the {what}, refreshed from "
-        f"what {layer.upstream} changed since the version it last covered.",
+        or f"Declared {layer.kind} layer after {layer.upstream}: the {what}, {how}.",
     )
     def _layer(
         context: dg.AssetExecutionContext, spark: PySparkResource, warehouse: DeltaWarehouse
@@ -92,18 +116,26 @@ def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
         mark_worker(context)
         session = spark_session(spark)
         inputs = layer_inputs(project, layer, warehouse.storage_options())
-        result = refresh_layer(session, inputs)
         target = inputs.target
         keys = layer.keys_of_layer
-        outcomes = {KEYS_UNIQUE: checks.keys_unique(session, target, keys, result.version)}
-        if layer.kind == "row":
-            outcomes[KEYS_NOT_NULL] = checks.keys_not_null(session, target, keys)
-            outcomes[COUNTS_RECONCILED] = counts_reconciled(session, inputs)
+        if layer.streaming:
+            streamed = stream_layer(session, inputs)
+            # A run may commit several batches: every key of the table is checked.
+            outcomes = {KEYS_UNIQUE: checks.keys_unique(session, target, keys)}
+            outcomes[NO_LATE_ROWS] = late_rows_outcome(streamed)
+            metadata = stream_metadata(streamed)
         else:
-            outcomes[SAMPLE_MATCHES] = sample_matches(session, inputs)
+            result = refresh_layer(session, inputs)
+            outcomes = {KEYS_UNIQUE: checks.keys_unique(session, target, keys, result.version)}
+            if layer.kind == "row":
+                outcomes[KEYS_NOT_NULL] = checks.keys_not_null(session, target, keys)
+                outcomes[COUNTS_RECONCILED] = counts_reconciled(session, inputs)
+            else:
+                outcomes[SAMPLE_MATCHES] = sample_matches(session, inputs)
+            metadata = result_metadata(result, getattr(layer, "window", None))
         return dg.MaterializeResult(
             metadata={
-                **result_metadata(result, getattr(layer, "window", None)),
+                **metadata,
                 **table_name_metadata(path, None),
                 **table_metadata(
                     target.open() if target.exists() else None, dict.fromkeys(keys, "key")
@@ -145,3 +177,35 @@ def windows_text(result: LayerResult, window: WindowSpec) -> str:
     days = window.size.total_seconds() % 86_400 == 0
     shape = "%Y-%m-%d" if days else "%Y-%m-%d %H:%M"
     return ", ".join(w.strftime(shape) for w in result.windows)
+
+
+def stream_metadata(result: StreamResult) -> dict:
+    first, last = result.batch_ids or (-1, -1)
+    return {
+        "run": "streaming",
+        "batches": result.batches,
+        "batch_ids": f"{first}..{last}" if result.batches else "-",
+        "rows_in": result.rows_in,
+        "rows_out": result.rows_out,
+        "late_rows_dropped": result.late_rows_dropped,
+        "source_offsets_from": result.offsets_from or "-",
+        "source_offsets_to": result.offsets_to or "-",
+        "checkpoint": result.checkpoint,
+        "query_id": result.query_id or "-",
+        "committed": result.committed,
+        "delta_version": result.version if result.version is not None else -1,
+    }
+
+
+def late_rows_outcome(result: StreamResult) -> checks.CheckOutcome:
+    dropped = result.late_rows_dropped
+    metadata = {"late_rows_dropped": dropped, "batches": result.batches}
+    if dropped:
+        return checks.CheckOutcome(
+            False,
+            f"{dropped} {'row' if dropped == 1 else 'rows'} arrived behind the watermark and "
+            "were dropped (their windows were final); raise window.watermark to accept later "
+            "rows",
+            metadata,
+        )
+    return checks.CheckOutcome(True, "no row arrived behind the watermark", metadata)

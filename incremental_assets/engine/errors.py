@@ -163,6 +163,23 @@ class LayerError(IncrementalLoadError):
         Exception.__init__(self, f"{text} Fix: {fix}" if fix else text)
 
 
+class StreamCheckpointError(LayerError):
+    """A streaming layer's checkpoint no longer matches its query or its table (a changed
+    declaration or source, a deleted checkpoint or table). ``checkpoint``: where it is.
+    Nothing was written; the fix is the layer's reset (docs/layers.md)."""
+
+    def __init__(self, layer: str, field: str, checkpoint: str, message: str):
+        self.checkpoint = checkpoint
+        super().__init__(
+            layer,
+            field,
+            f"{message} (checkpoint {checkpoint}). Nothing was written.",
+            f"reset the layer, `incremental-assets reset-layer {layer}` (it empties the "
+            "layer's table and its checkpoint), then materialize it again: it reads every "
+            "file of the source folder anew; or undo the change",
+        )
+
+
 # Not about one table's load: Spark cannot start without the jars, or a session keeps a
 # setting the engine needs; a landing folder that cannot be listed is turned into a
 # SourceNotFoundError by the landing loader.

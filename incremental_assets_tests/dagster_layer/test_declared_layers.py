@@ -1,14 +1,22 @@
 """Declared layers as Dagster assets (dagster_layer/declared.py): each downstream of its
 upstream's asset, reporting the rows it read and merged and the upstream versions it
 covered, with its checks passing on a real instance (a re-run with nothing new upstream
-commits nothing: incremental_assets_tests/engine/test_declared_layers.py)."""
+commits nothing: incremental_assets_tests/engine/test_declared_layers.py); a streaming
+layer reports its batches, rows, offsets, checkpoint and late rows, and its check fails
+naming how many rows it dropped as late."""
 
 from __future__ import annotations
 
 import dagster as dg
 import pytest
 
-from incremental_assets_tests.builders import ORDERS_YAML, Project, at
+from incremental_assets_tests.builders import (
+    ORDERS_YAML,
+    STREAMING_YAML,
+    InvoiceFiles,
+    Project,
+    at,
+)
 
 LAYERS_YAML = """
 layers:
@@ -85,3 +93,36 @@ def test_declared_layers_materialize_after_their_table_with_metadata_and_checks(
     gold = metadata_of(second, "orders_by_status")
     assert gold["committed"] and gold["groups_recomputed"] >= 1
     assert all(checks_of(second, name) and all(checks_of(second, name).values()) for name in LAYERS)
+
+
+def test_a_streaming_layer_reports_its_run_and_its_check_fails_naming_the_late_rows(
+    tmp_path, spark, instance
+):
+    project = Project(tmp_path, STREAMING_YAML)
+    layer = project.defs.get_assets_def("invoice_totals")
+    assert layer.dependency_keys == {dg.AssetKey("invoices")}
+    files = InvoiceFiles(tmp_path)
+    # One batch per file. Spark judges a batch's rows against the watermark the batch
+    # before applied: 11:30 from the third batch on.
+    files.drop(("I1", "C1", "2026-01-01 10:10:00", 10.0), ("I2", "C1", "2026-01-01 12:30:00", 2.0))
+    files.drop(("I3", "C1", "2026-01-01 12:40:00", 1.0))
+    files.drop(("I4", "C2", "2026-01-01 10:30:00", 7.0))  # behind the watermark: dropped
+
+    result = dg.materialize([layer], instance=instance, resources=project.defs.resources)
+    metadata = metadata_of(result, "invoice_totals")
+    assert (metadata["run"], metadata["rows_in"], metadata["late_rows_dropped"]) == (
+        "streaming",
+        4,
+        1,
+    )
+    assert (metadata["batches"], metadata["batch_ids"], metadata["rows_out"]) == (3, "0..2", 3)
+    assert metadata["checkpoint"].endswith("/warehouse/invoice_totals__checkpoint")
+    assert metadata["source_offsets_to"] != "-" and metadata["dagster/row_count"] == 2
+    assert checks_of(result, "invoice_totals") == {
+        "keys_unique": True,
+        "no_late_rows_dropped": False,
+    }
+    late = next(
+        c for c in result.get_asset_check_evaluations() if c.check_name == "no_late_rows_dropped"
+    )
+    assert late.description.startswith("1 row arrived behind the watermark")

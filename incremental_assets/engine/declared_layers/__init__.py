@@ -7,14 +7,26 @@
 - ``commit``: the merge of a layer's upserts and deletes by key, with the covered
   upstream version in the same Delta commit (exactly once);
 - ``row_layer`` and ``aggregate_layer``: the two kinds; ``run.refresh_layer`` picks one;
+- ``streaming_layer``: an aggregate layer declared ``run: streaming``, a Structured
+  Streaming query over its upstream table's folder of files (``stream_layer``);
 - ``checks``: a row layer's count against its SELECT over the upstream, and a sample of
   an aggregate layer's groups against a from-scratch aggregation.
 
-No Dagster import: the Dagster layer wraps ``refresh_layer`` (dagster_layer/declared.py).
+No Dagster import: the Dagster layer wraps ``refresh_layer`` and ``stream_layer``
+(dagster_layer/declared.py).
 """
 
 from incremental_assets.engine.declared_layers.inputs import LayerInputs, layer_inputs
 from incremental_assets.engine.declared_layers.result import LayerResult
 from incremental_assets.engine.declared_layers.run import refresh_layer
+from incremental_assets.engine.declared_layers.streaming_layer import stream_layer
+from incremental_assets.engine.streaming import StreamResult
 
-__all__ = ["LayerInputs", "LayerResult", "layer_inputs", "refresh_layer"]
+__all__ = [
+    "LayerInputs",
+    "LayerResult",
+    "StreamResult",
+    "layer_inputs",
+    "refresh_layer",
+    "stream_layer",
+]

@@ -31,7 +31,7 @@ def refresh_aggregate_layer(spark: SparkSession, inputs: LayerInputs) -> LayerRe
     changes = changes_since(spark, inputs.upstream, inputs.upstream_keys, since)
     if changes is None:
         return LayerResult(since, since)
-    _check_columns(layer, changes.after)
+    check_columns(layer, changes.after)
     keys = list(layer.keys_of_layer)
     if changes.first:
         groups = aggregate(layer, changes.after).cache()
@@ -104,10 +104,10 @@ def aggregate(
     """The layer's aggregates per group of ``rows`` (computed from scratch over them)."""
     rows = rows if placed_already else placed(layer, rows)
     keys = [F.col(quote(k)) for k in layer.keys_of_layer]
-    return rows.groupBy(*keys).agg(*[_measure(a).alias(a.name) for a in layer.aggregates])
+    return rows.groupBy(*keys).agg(*[measure(a).alias(a.name) for a in layer.aggregates])
 
 
-def _measure(spec: AggregateSpec) -> Column:
+def measure(spec: AggregateSpec) -> Column:
     if spec.column is None:
         return F.count(F.lit(1))
     column = F.col(quote(spec.column))
@@ -128,7 +128,7 @@ def near(layer: AggregateLayerSpec, rows: DataFrame, touched: DataFrame) -> Data
     return rows.filter(time.isNull() | ((time >= F.lit(low)) & (time < F.lit(high))))
 
 
-def _check_columns(layer: AggregateLayerSpec, rows: DataFrame) -> None:
+def check_columns(layer: AggregateLayerSpec, rows: DataFrame) -> None:
     have = {c.lower() for c in rows.columns}
     named = [("group_by", c) for c in layer.group_by]
     named += [("aggregates", a.column) for a in layer.aggregates if a.column]

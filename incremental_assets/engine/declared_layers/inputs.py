@@ -11,7 +11,7 @@ from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.catalog import sql_table
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.specs.layers import LayerSpec
-from incremental_assets.specs.models import ProjectSpec
+from incremental_assets.specs.models import ProjectSpec, SourceSpec
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class LayerInputs:
     tables: Mapping[str, str]
     # The upstream is a landing table (its loads record each file version, rows or none).
     upstream_landing: bool = False
+    # Where the upstream table's rows come from (None: the upstream is a layer): a
+    # streaming layer reads its folder of files.
+    source: SourceSpec | None = None
 
 
 def layer_inputs(
@@ -46,6 +49,7 @@ def layer_inputs(
         targets[other.name] = (target, other.keys_of_layer)
     upstream, keys = targets[layer.upstream]
     landing = {spec.name for spec in project.tables if spec.landing is not None}
+    table = next((t for t in project.tables if t.name == layer.upstream), None)
     return LayerInputs(
         layer=layer,
         target=DeltaTarget(layer.name, project.layer_path(layer), options),
@@ -56,4 +60,5 @@ def layer_inputs(
             for name, (t, _) in targets.items()
         },
         upstream_landing=layer.upstream in landing,
+        source=table.source if table is not None else None,
     )

@@ -19,7 +19,15 @@ _REFRESH = {"row": refresh_row_layer, "aggregate": refresh_aggregate_layer}
 def refresh_layer(spark: SparkSession, inputs: LayerInputs) -> LayerResult:
     """Refresh ``inputs.layer`` from what its upstream changed since the version it last
     covered, in one Delta commit that records the version it covers now (nothing is
-    committed when the upstream has no new version)."""
+    committed when the upstream has no new version). A streaming layer runs with
+    ``stream_layer`` instead."""
+    if inputs.layer.streaming:
+        raise LayerError(
+            inputs.layer.name,
+            "run",
+            "the layer runs as a streaming query, not by a batch refresh",
+            "run it with engine.declared_layers.stream_layer (its Dagster asset does)",
+        )
     if not inputs.upstream.exists():
         raise LayerError(
             inputs.layer.name,
