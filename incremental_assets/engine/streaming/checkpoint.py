@@ -29,6 +29,7 @@ from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import StreamCheckpointError
 from incremental_assets.engine.landing_folder import spark_path
+from incremental_assets.specs.durations import format_duration
 from incremental_assets.specs.layers import AggregateLayerSpec
 from incremental_assets.specs.locations import checkpoint_folder
 from incremental_assets.specs.models import SourceSpec
@@ -64,7 +65,7 @@ def declared_query(layer: AggregateLayerSpec, source: SourceSpec) -> dict[str, s
         ),
         "source.timezone": source.timezone,
         "group_by": ", ".join(layer.group_by),
-        "window": f"{layer.window} (watermark {layer.window.watermark})",
+        "window": f"{layer.window}, watermark {format_duration(layer.window.watermark)}",
         "aggregates": ", ".join(
             f"{a.name}={a.function}({a.column or '*'})" for a in layer.aggregates
         ),
