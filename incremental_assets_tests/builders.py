@@ -442,7 +442,18 @@ def invoice_layers_yaml() -> str:
     """The ``layers`` section of the project's tables.yaml (the invoices' silver and gold),
     to append to a tables file whose bronze table is ``invoices_bronze``."""
     declared = yaml.safe_load((PROJECT_ROOT / "tables.yaml").read_text())["layers"]
-    return yaml.safe_dump({"layers": declared}, sort_keys=False)
+    return yaml.safe_dump({"layers": invoices_chain(declared)}, sort_keys=False)
+
+
+def invoices_chain(layers: list[dict]) -> list[dict]:
+    """Of a tables file's ``layers`` section, those after ``invoices_bronze`` (and after
+    those): not the streaming layer after the CSV invoices."""
+    after, out = {"invoices_bronze"}, []
+    for layer in layers:
+        if layer["from"] in after:
+            after.add(layer["name"])
+            out.append(layer)
+    return out
 
 
 def comparable_gold(rows) -> list[tuple]:

@@ -30,9 +30,12 @@ from pathlib import Path
 from string import Template
 
 import dagster as dg
+from pyspark.sql import functions as F
 
 from incremental_assets.dagster_layer.build import build_definitions
+from incremental_assets.dagster_layer.declared import NO_LATE_ROWS
 from incremental_assets.definitions import PROJECT_ROOT, tables_path
+from incremental_assets.demo.invoice_csv import InvoiceCsvFeed, hourly_totals
 from incremental_assets.demo.s3_server import local_s3
 from incremental_assets.demo.shop_database import (
     ORDERS_TABLE,
@@ -49,7 +52,12 @@ from incremental_assets.engine.landing import quarantine_dir
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark_session import start_session
 from incremental_assets.specs import ProjectSpec, WarehouseSpec, load_project
-from incremental_assets.specs.layers import AggregateLayerSpec, LayerSpec
+from incremental_assets.specs.layers import (
+    WINDOW_END,
+    WINDOW_START,
+    AggregateLayerSpec,
+    LayerSpec,
+)
 
 POSTGRES_TABLES = Path(__file__).with_name("tables_postgres.yaml")
 COLUMNS = (
@@ -186,13 +194,18 @@ def _environment(name: str, value: str) -> Iterator[None]:
 
 
 INVOICES = "invoices_bronze"
-# The project's own tables file declares the invoices' bronze table and its layers.
+# The CSV invoices of the project's first example and their streaming layer.
+INVOICE_CSV = "invoice_headers"
+STREAMED = "invoice_totals_hourly"
+# Landing tables the demo loads after the day's tables, each then its layers.
+LANDING = (INVOICES, INVOICE_CSV)
+# The project's own tables file declares the landing tables and their layers.
 DEMO_TABLES = PROJECT_ROOT / "tables.yaml"
 
 
-def invoice_layers(project: ProjectSpec) -> list[LayerSpec]:
-    """The layers after the invoices' bronze table (and after those), in order."""
-    after, out = {INVOICES}, []
+def layers_after(project: ProjectSpec, table: str) -> list[LayerSpec]:
+    """The layers after ``table`` (and after those), in order."""
+    after, out = {table}, []
     for layer in project.layers:
         if layer.upstream in after:
             after.add(layer.name)
@@ -200,20 +213,26 @@ def invoice_layers(project: ProjectSpec) -> list[LayerSpec]:
     return out
 
 
+def invoice_layers(project: ProjectSpec) -> list[LayerSpec]:
+    """The layers after the invoices' bronze table (and after those), in order."""
+    return layers_after(project, INVOICES)
+
+
 def _with_invoices(project: ProjectSpec, simulator: SourceSimulator) -> ProjectSpec:
-    """The project plus the invoice landing table and its layers as the project's
-    tables.yaml declares them (reading the simulator's folder), unless it has the table."""
-    if any(t.name == INVOICES for t in project.tables):
+    """The project plus each landing table and its layers as the project's tables.yaml
+    declares them (reading the simulator's folder), unless it has the table."""
+    folders = {INVOICES: simulator.invoices_path, INVOICE_CSV: simulator.invoice_csv_path}
+    missing = [n for n in LANDING if not any(t.name == n for t in project.tables)]
+    if not missing:
         return project
     demo = load_project(DEMO_TABLES)
-    bronze = demo.table(INVOICES)
-    source = bronze.source.model_copy(update={"path": simulator.invoices_path})
-    return project.model_copy(
-        update={
-            "tables": [*project.tables, bronze.model_copy(update={"source": source})],
-            "layers": [*project.layers, *invoice_layers(demo)],
-        }
-    )
+    tables, layers = list(project.tables), list(project.layers)
+    for name in missing:
+        table = demo.table(name)
+        source = table.source.model_copy(update={"path": folders[name]})
+        tables.append(table.model_copy(update={"source": source}))
+        layers += layers_after(demo, name)
+    return project.model_copy(update={"tables": tables, "layers": layers})
 
 
 def _run(
@@ -224,13 +243,17 @@ def _run(
 ) -> int:
     full = _with_invoices(project, simulator)
     project = project.model_copy(
-        update={"tables": [t for t in project.tables if t.name != INVOICES]}
+        update={"tables": [t for t in project.tables if t.name not in LANDING]}
     )
     defs = build_definitions(full)
     assets = [defs.get_assets_def(spec.name) for spec in project.tables]
-    invoice_assets = [
-        defs.get_assets_def(n) for n in (INVOICES, *[x.name for x in invoice_layers(full)])
-    ]
+    landing = {
+        name: [defs.get_assets_def(n) for n in (name, *[x.name for x in layers_after(full, name)])]
+        for name in LANDING
+    }
+    streamed = full.layer(STREAMED)
+    assert isinstance(streamed, AggregateLayerSpec) and streamed.window is not None
+    late_dropped = 0  # rows the streaming layer's runs report dropped behind its watermark
     resources = defs.resources
     if simulator.orders is None:
         # The orders source is a Delta table written by Spark's Delta Lake, in the session
@@ -276,8 +299,24 @@ def _run(
             _print_table(rows)
             if database:
                 _print_window_filters(database, since)
+            partition = f"{day(n):%Y-%m-%d}"
             dropped = simulator.write_invoices(day(n), n, day(1))
-            _load_invoices(instance, invoice_assets, resources, dropped, f"{day(n):%Y-%m-%d}")
+            files = ", ".join(
+                f"{k} ({v} invoices)" if v else f"{k} (corrupt)" for k, v in dropped.items()
+            )
+            _load_landing(
+                instance, landing[INVOICES], resources, f"invoice files dropped: {files}", partition
+            )
+            window = streamed.window
+            csv = simulator.invoice_csv.write_round(day(n), window.size, window.watermark)
+            late_dropped += _load_landing(
+                instance,
+                landing[INVOICE_CSV],
+                resources,
+                f"invoice CSV file dropped: {csv.file} ({csv.on_time} invoices of the day; late: "
+                f"{csv.late_within} inside the watermark, {csv.late_dropped} behind it)",
+                partition,
+            )
 
         first, last = f"{day(1):%Y-%m-%d}", f"{day(rounds):%Y-%m-%d}"
         print(
@@ -306,6 +345,9 @@ def _run(
             f"{missing} missing)"
         )
     failures += _check_invoices(spark, full, defs.resources["warehouse"])
+    failures += _check_streamed(
+        spark, full, streamed, defs.resources["warehouse"], simulator.invoice_csv, late_dropped
+    )
     print(
         f"\nDemo finished in {time.perf_counter() - started:.0f}s. "
         "Open the Dagster UI with ./dev ui to see the runs, metadata and checks."
@@ -313,12 +355,15 @@ def _run(
     return 1 if failures else 0
 
 
-def _load_invoices(instance, assets, resources, dropped: dict, partition: str) -> None:
-    """Bronze for the round's partition (every new file), then its layers (silver, gold)."""
+def _load_landing(instance, assets, resources, dropped: str, partition: str) -> int:
+    """Bronze for the round's partition (every new file), then its layers (silver, gold,
+    a streaming layer); prints what each did. Returns the rows its streaming layers dropped
+    as late: their check ``no_late_rows_dropped`` then fails, as the demo means it to (the
+    end compares the count with the invoices the simulator wrote behind the watermark);
+    any other failed check stops the demo."""
     started = time.perf_counter()
     bronze, *layers = (a.key.to_user_string() for a in assets)
-    files = ", ".join(f"{k} ({v} invoices)" if v else f"{k} (corrupt)" for k, v in dropped.items())
-    print(f"  invoice files dropped: {files}")
+    print(f"  {dropped}")
     run = dg.materialize(
         assets[:1],
         selection=[bronze],
@@ -340,7 +385,7 @@ def _load_invoices(instance, assets, resources, dropped: dict, partition: str) -
     failed = [
         f"{c.asset_key.to_user_string()} {c.check_name}"
         for c in result.get_asset_check_evaluations()
-        if not c.passed
+        if not c.passed and c.check_name != NO_LATE_ROWS
     ]
     if failed:
         raise SystemExit(f"asset checks failed: {', '.join(failed)}")
@@ -350,15 +395,24 @@ def _load_invoices(instance, assets, resources, dropped: dict, partition: str) -
         f"quarantined{' (check no_files_quarantined warns)' if warned else ''}, "
         f"{meta['rows_inserted']} rows"
     ]
+    late = 0
     for name in layers:
         event = result.asset_materializations_for_node(name)[-1]
         m = {k: v.value for k, v in event.metadata.items()}
-        if "windows_recomputed" in m:
+        if m.get("run") == "streaming":
+            late += m["late_rows_dropped"]
+            parts.append(
+                f"{name}: {m['batches']} batches, {m['rows_in']} rows in, {m['rows_out']} "
+                f"windows written, {m['late_rows_dropped']} late rows dropped"
+                + (f" (check {NO_LATE_ROWS} fails, as expected)" if m["late_rows_dropped"] else "")
+            )
+        elif "windows_recomputed" in m:
             parts.append(f"{name}: windows recomputed {m['windows_recomputed']}")
         else:
             upserted = m["rows_inserted"] + m["rows_updated"]
             parts.append(f"{name}: {upserted} rows upserted, {m['rows_deleted']} deleted")
     print(f"  {'; '.join(parts)} ({time.perf_counter() - started:.1f}s)")
+    return late
 
 
 def _check_invoices(spark, project: ProjectSpec, warehouse) -> int:
@@ -397,6 +451,49 @@ def _check_aggregate(spark, project: ProjectSpec, layer: AggregateLayerSpec, war
         f"({sum(mine.values())} rows; {extra} extra, {missing} missing)"
     )
     return verdict != "equal"
+
+
+def _check_streamed(
+    spark,
+    project: ProjectSpec,
+    layer: AggregateLayerSpec,
+    warehouse,
+    feed: InvoiceCsvFeed,
+    reported: int,
+) -> int:
+    """The streaming layer holds the hourly totals of every CSV invoice the simulator wrote
+    but those it wrote behind the watermark, and its runs reported as many rows dropped as
+    late as it wrote behind the watermark."""
+    assert layer.window is not None
+    behind = set(feed.dropped)
+    expected = hourly_totals([r for r in feed.written if r not in behind], layer.window.size)
+    theirs = Counter((*key, total) for key, total in expected.items())
+    held = layer_inputs(project, layer, warehouse.storage_options()).target.to_spark(spark)
+    # (customer, window start, window end, total_amount), the bounds as UTC datetimes.
+    columns = [*layer.group_by, WINDOW_START, WINDOW_END, layer.aggregates[0].name]
+    mine = Counter(
+        (customer, datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC), total)
+        for customer, start, end, total in comparable(_epoch_windows(held), columns)
+    )
+    extra, missing = (mine - theirs).total(), (theirs - mine).total()
+    verdict = "equal" if extra == missing == 0 else "DIFFERENT"
+    print(
+        f"  {layer.name:<17} {verdict} to the hourly totals of the {len(feed.written)} CSV "
+        f"invoices but the {len(behind)} written behind the watermark "
+        f"({sum(mine.values())} rows; {extra} extra, {missing} missing)"
+    )
+    counted = "equal" if reported == len(behind) else "DIFFERENT"
+    print(
+        f"  {layer.name:<17} late rows dropped: {reported} reported by its runs (check "
+        f"{NO_LATE_ROWS}), {len(behind)} written behind the watermark: {counted}"
+    )
+    return (verdict != "equal") + (counted != "equal")
+
+
+def _epoch_windows(rows):
+    """The layer's rows with their window bounds as seconds since the epoch: Python's
+    datetimes of a collect depend on the client's zone, the epoch does not."""
+    return rows.withColumns({c: F.unix_timestamp(F.col(c)) for c in (WINDOW_START, WINDOW_END)})
 
 
 def comparable(rows, columns: list[str]) -> list[tuple]:

@@ -18,7 +18,10 @@ Each round writes one simulated day, the way real sources misbehave:
   no change column): price changes, new products, discontinued ones, and some that return;
 - invoices (JSON-lines files dropped into a landing folder by point-of-sale systems,
   ``write_invoices``): a few files per day, one corrupt file in the first round, and from
-  the second round on one late file for the first day.
+  the second round on one late file for the first day;
+- invoice CSV files (the project's first example: InvoiceID, CustomerID, InvoiceDate,
+  TotalAmount; ``invoice_csv``, :mod:`invoice_csv`): one file a day for a streaming layer,
+  from the second round on with late invoices inside and behind its watermark.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from incremental_assets.demo.invoice_csv import InvoiceCsvFeed
 from incremental_assets.engine.transforms import quote
 
 UTC = timezone.utc
@@ -243,6 +247,7 @@ class SourceSimulator:
         self._products: dict[int, dict] = {}
         self._discontinued: dict[int, dict] = {}
         self._next_invoice = 0
+        self.invoice_csv = InvoiceCsvFeed(Path(self.invoice_csv_path), self.seed)
 
     @property
     def orders_path(self) -> str:
@@ -263,6 +268,10 @@ class SourceSimulator:
     @property
     def invoices_path(self) -> str:
         return str(self.root / "invoices")
+
+    @property
+    def invoice_csv_path(self) -> str:
+        return str(self.root / "invoice_headers")
 
     def write_invoices(self, day: datetime, round_number: int, first_day: datetime) -> dict:
         """Drop one round of invoice files: two files of ``day``, in round 1 a corrupt file,

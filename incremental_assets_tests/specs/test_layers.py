@@ -10,6 +10,7 @@ import yaml
 
 from incremental_assets.specs.layers import WINDOW_END, WINDOW_START
 from incremental_assets.specs.loader import SpecError, parse_project
+from incremental_assets_tests.builders import invoices_chain
 
 TABLE = {
     "name": "orders",
@@ -142,9 +143,20 @@ def test_the_invoices_layers_of_docs_layers_md_are_the_demos():
     page = (root / "docs" / "layers.md").read_text()
     block = page.split("### Newest versions", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     documented = yaml.safe_load(block)["layers"]
-    declared = yaml.safe_load((root / "tables.yaml").read_text())["layers"]
+    declared = invoices_chain(yaml.safe_load((root / "tables.yaml").read_text())["layers"])
     drop = ("description",)
     assert documented == [{k: v for k, v in x.items() if k not in drop} for x in declared]
+
+
+def test_the_streaming_layer_of_docs_layers_md_is_the_demos():
+    root = Path(__file__).parents[2]
+    page = (root / "docs" / "layers.md").read_text()
+    block = page.split("## Streaming layers", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    documented = yaml.safe_load(block)["layers"]
+    declared = yaml.safe_load((root / "tables.yaml").read_text())["layers"]
+    streamed = [x for x in declared if x.get("run") == "streaming"]
+    assert [x["name"] for x in streamed] == ["invoice_totals_hourly"]
+    assert documented == [{k: v for k, v in x.items() if k != "description"} for x in streamed]
 
 
 INVOICES = {

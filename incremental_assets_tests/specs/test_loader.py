@@ -390,6 +390,7 @@ def test_repository_tables_yaml_loads():
         "customers_history",
         "products",
         "invoices_bronze",
+        "invoice_headers",
     ]
     assert spec.table("customers_history").history is not None
     assert spec.table("invoices_bronze").landing is not None
