@@ -55,7 +55,7 @@ def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     assert isinstance(layer, AggregateLayerSpec) and layer.streaming and source is not None
     location = checkpoint_location(target)
     declared = declared_query(layer, source)
-    checkpoint = read_checkpoint(spark, location)
+    checkpoint = read_checkpoint(spark, location, target)
     check_matches(layer, target, location, checkpoint, declared)
     rows = read_folder(spark, layer, source, checkpoint, location)
     check_columns(layer, rows)

@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine import staging
 from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake.folders import held
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import StreamCheckpointError
 from incremental_assets.engine.landing_folder import spark_path
@@ -81,8 +82,17 @@ class CheckpointState:
     last_committed: int
 
 
-def read_checkpoint(spark: SparkSession, location: str) -> CheckpointState:
-    """What the checkpoint at ``location`` holds (two small Spark reads; none missing)."""
+def read_checkpoint(
+    spark: SparkSession, location: str, target: DeltaTarget | None = None
+) -> CheckpointState:
+    """What the checkpoint at ``location`` holds (two small Spark reads; none missing).
+    With the layer's ``target``, a checkpoint not written yet is seen by listing its folder
+    first (with the table's storage options): Spark's failed read of a missing path would
+    print a long error from its listeners though the run goes on."""
+    if target is not None and "metadata" not in held(
+        checkpoint_folder(target.path), target.storage_options
+    ):
+        return CheckpointState(None, -1)
     folder = spark_path(location)
     try:
         first = spark.read.text(f"{folder}/metadata").first()
