@@ -40,6 +40,7 @@ METER_CONF = {
     "spark.metrics.conf.driver.source.jvm.class": "org.apache.spark.metrics.source.JvmSource",
 }
 SAMPLE_SECONDS = 0.1
+SCANNED = ("parquet", "csv")  # the scans whose files are counted, by format
 
 
 @dataclass
@@ -60,6 +61,8 @@ class Job:
     cpu_seconds: float = 0.0  # CPU time of its tasks (less swayed by a busy machine)
     files_read: int = 0  # Parquet files its scans read (Spark's SQL metrics)
     bytes_read: int = 0  # their size
+    csv_files_read: int = 0  # CSV files its scans read (a landing folder's, say)
+    csv_bytes_read: int = 0
     phase: str = ""
 
     @property
@@ -85,6 +88,14 @@ class Measure:
     @property
     def files_read(self) -> int:
         return sum(j.files_read for j in self.jobs)
+
+    @property
+    def csv_files_read(self) -> int:
+        return sum(j.csv_files_read for j in self.jobs)
+
+    @property
+    def csv_bytes_read(self) -> int:
+        return sum(j.csv_bytes_read for j in self.jobs)
 
     @property
     def cpu_seconds(self) -> float:
@@ -151,28 +162,33 @@ class Meter:
             t["cpu"] = t.get("cpu", 0) + int(s.get("executorCpuTime", 0))
         return out
 
-    def _scans(self) -> dict[int, tuple[int, int]]:
-        """Files and bytes each job's Parquet scans read, from the SQL executions' metrics
-        (an execution's scans are billed to its first job)."""
+    def _scans(self) -> dict[int, dict[str, tuple[int, int]]]:
+        """Files and bytes each job's Parquet and CSV scans read, by format, from the SQL
+        executions' metrics (an execution's scans are billed to its first job). JSON scans
+        are left out: Delta reads its own log as JSON, which is no data file."""
         executions = self._get(
             f"/api/v1/applications/{self.app}/sql?details=true&planDescription=false"
             "&offset=0&length=1000000"
         )
-        out: dict[int, tuple[int, int]] = {}
+        out: dict[int, dict[str, tuple[int, int]]] = {}
         for e in executions:
             jobs = sorted([*e.get("successJobIds", []), *e.get("failedJobIds", [])])
             if not jobs:
                 continue
-            files = size = 0
+            read: dict[str, tuple[int, int]] = {}
             for node in e.get("nodes", []):
-                if not node.get("nodeName", "").startswith("Scan parquet"):
+                name = node.get("nodeName", "")
+                fmt = next((f for f in SCANNED if name.startswith(f"Scan {f}")), None)
+                if fmt is None:
                     continue
+                files, size = read.get(fmt, (0, 0))
                 for metric in node.get("metrics", []):
                     if metric["name"] == "number of files read":
                         files += int(_number(metric["value"]))
                     elif metric["name"] == "size of files read":
                         size += int(_number(metric["value"]))
-            out[jobs[0]] = (files, size)
+                read[fmt] = (files, size)
+            out[jobs[0]] = read
         return out
 
     def heap_used(self) -> int:
@@ -245,7 +261,9 @@ class Meter:
                 job.output_records += t["outputRecords"]
                 job.shuffle_bytes += t["shuffle"]
                 job.cpu_seconds += t["cpu"] / 1e9
-            job.files_read, job.bytes_read = scans.get(job.id, (0, 0))
+            read = scans.get(job.id, {})
+            job.files_read, job.bytes_read = read.get("parquet", (0, 0))
+            job.csv_files_read, job.csv_bytes_read = read.get("csv", (0, 0))
             job.phase = next((p for p, at in reversed(marks) if at <= submitted), "")
             out.append(job)
         return out
