@@ -15,7 +15,6 @@ run's Delta commit is atomic on the server, so nothing of it is half-committed.
 from __future__ import annotations
 
 import socket
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import urlparse
@@ -33,8 +32,13 @@ DEFAULT_PORT = 15002  # Spark Connect's own default
 # seconds (about 8), enough for a short network blip, not for a server that is gone.
 _RETRIES = {"max_retries": 5, "max_backoff": 4000}
 
-# The server of each session this module made (a session does not say it publicly).
-_URLS: weakref.WeakKeyDictionary[SparkSession, str] = weakref.WeakKeyDictionary()
+# The server of each session this module made (a session does not say it publicly). The
+# sessions are held here for the life of the process, never left to the garbage
+# collector: PySpark 4.1's Connect session closes its client in ``__del__``, which shuts a
+# thread pool shared by every session, and a collection that fires while that pool takes
+# a task (a query's result being released) waits on the pool's own lock forever (seen:
+# a test process hung after a command-line call's session was dropped; SPARK-55406).
+_URLS: dict[SparkSession, str] = {}
 
 # gRPC codes (by name) and texts that mean the server is not there (any more), or is
 # another server than the one the session was made on (a restarted one).
