@@ -58,17 +58,8 @@ def refresh_aggregate_layer(spark: SparkSession, inputs: LayerInputs) -> LayerRe
         groups.unpersist()
         if touched is not None:
             touched.unpersist()
-    return LayerResult(
-        upstream_from=since,
-        upstream_to=changes.until if written.version is not None else since,
-        rows_in=rows_in,
-        rows_inserted=written.inserted,
-        rows_updated=written.updated,
-        rows_deleted=written.deleted,
-        version=written.version,
-        changes_from=changes.found_by,
-        groups_recomputed=count,
-        windows=windows if written.version is not None else (),
+    return LayerResult.of_commit(
+        since, changes, rows_in, written, groups_recomputed=count, windows=windows
     )
 
 

@@ -16,7 +16,13 @@ from pyspark.sql import functions as F
 from incremental_assets.engine.declared_layers.changes import having_keys
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.delta_lake import commits as delta_commits
-from incremental_assets.engine.delta_lake.merge_plan import delete, insert, run_merge, update
+from incremental_assets.engine.delta_lake.merge_plan import (
+    delete,
+    insert,
+    run_merge,
+    same_keys,
+    update,
+)
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.layers import covering
 from incremental_assets.engine.transforms import quote
@@ -85,7 +91,7 @@ def write_layer(
             spark,
             target.spark_path,
             source,
-            _same_keys(keys),
+            same_keys(keys),
             clauses,
             columns,
             schema_evolution=schema_evolution,
@@ -104,8 +110,3 @@ def write_layer(
 def _without(rows: DataFrame, other: DataFrame, keys: Sequence[str]) -> DataFrame:
     """``rows`` whose keys ``other`` does not hold."""
     return having_keys(rows, other, keys, how="left_anti").distinct()
-
-
-def _same_keys(keys: Sequence[str]) -> str:
-    # Null-safe: a group whose key is null is still one group.
-    return " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)

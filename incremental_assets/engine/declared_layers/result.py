@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from incremental_assets.engine.declared_layers.changes import UpstreamChanges
+    from incremental_assets.engine.declared_layers.commit import Written
 
 WINDOWS_LISTED = 1000
 
@@ -27,6 +32,32 @@ class LayerResult:
     changes_from: str = "none"
     groups_recomputed: int = 0
     windows: tuple[datetime, ...] = ()
+
+    @classmethod
+    def of_commit(
+        cls,
+        since: int,
+        changes: UpstreamChanges,
+        rows_in: int,
+        written: Written,
+        groups_recomputed: int = 0,
+        windows: tuple[datetime, ...] = (),
+    ) -> LayerResult:
+        """A refresh that read ``changes`` after version ``since`` and wrote ``written``
+        (the covered version moves only when the layer committed)."""
+        committed = written.version is not None
+        return cls(
+            upstream_from=since,
+            upstream_to=changes.until if committed else since,
+            rows_in=rows_in,
+            rows_inserted=written.inserted,
+            rows_updated=written.updated,
+            rows_deleted=written.deleted,
+            version=written.version,
+            changes_from=changes.found_by,
+            groups_recomputed=groups_recomputed,
+            windows=windows if committed else (),
+        )
 
     @property
     def rows_merged(self) -> int:

@@ -58,16 +58,7 @@ def refresh_row_layer(spark: SparkSession, inputs: LayerInputs) -> LayerResult:
         after.unpersist()
         if replaced is not None:
             replaced.unpersist()
-    return LayerResult(
-        upstream_from=since,
-        upstream_to=changes.until if written.version is not None else since,
-        rows_in=rows_in,
-        rows_inserted=written.inserted,
-        rows_updated=written.updated,
-        rows_deleted=written.deleted,
-        version=written.version,
-        changes_from=changes.found_by,
-    )
+    return LayerResult.of_commit(since, changes, rows_in, written)
 
 
 def layer_rows(

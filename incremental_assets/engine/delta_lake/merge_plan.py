@@ -153,6 +153,12 @@ def run_merge(
     return {k: int(v or 0) for k, v in counts[0].asDict().items()} if counts else None
 
 
+def same_keys(keys: Sequence[str]) -> str:
+    """A merge's join predicate by ``keys``, null-safe: a group whose key is null is still
+    one group (the declared layers' tables)."""
+    return " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
+
+
 def matching(columns: Sequence[str]) -> str:
     """A merge's join predicate: target ``t`` and source ``s`` equal on ``columns``."""
     return " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)

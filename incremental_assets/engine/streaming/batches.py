@@ -29,10 +29,9 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame
 
 from incremental_assets.engine.delta_lake import commits as delta_commits
-from incremental_assets.engine.delta_lake.merge_plan import insert, run_merge, update
+from incremental_assets.engine.delta_lake.merge_plan import insert, run_merge, same_keys, update
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.streaming.checkpoint import BATCH_ID, QUERY, QUERY_ID, query_id_of
-from incremental_assets.engine.transforms import quote
 
 
 def stream_app_id(layer: str, query_id: str) -> str:
@@ -46,7 +45,7 @@ def merge_batches(
     at ``path`` by ``keys`` (creating it with the first batch's rows unless it ``exists``),
     recording ``declared`` (the query, as JSON) in each commit."""
     found: dict[str, object] = {"created": exists}
-    condition = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys)
+    condition = same_keys(keys)
 
     def write(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
