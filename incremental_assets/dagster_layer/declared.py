@@ -1,6 +1,6 @@
 """One asset per declared layer (specs/layers.py), downstream of its upstream's asset:
 it refreshes the layer from what the upstream changed (engine/declared_layers/), or runs
-a streaming layer's query over the upstream's new files, and reports what it read and
+a streaming layer's query over the upstream's new files or commits, and reports what it read and
 wrote, with the layer's checks.
 
 (No ``from __future__ import annotations`` here: Dagster reads the context and resource
@@ -93,7 +93,7 @@ def _check_specs(layer: LayerSpec) -> list[dg.AssetCheckSpec]:
 def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
     what = "rows of its select" if layer.kind == "row" else "aggregates per group"
     how = (
-        f"run as a Structured Streaming query over the new files of {layer.upstream}'s folder"
+        f"run as a Structured Streaming query over what {layer.upstream} added since its last run"
         if layer.streaming
         else f"refreshed from what {layer.upstream} changed since the version it last covered"
     )

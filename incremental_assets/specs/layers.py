@@ -11,9 +11,9 @@ A layer follows one upstream, ``from``: a table or an earlier layer. Two kinds:
   count_distinct, min, max) and an optional tumbling ``window`` of a time column.
 
 A layer runs in batch (``run: batch``, the default: each run reads what the upstream's
-Delta table changed) or, for an aggregate layer with a window after a table whose source is
-a folder of files, as a Structured Streaming query (``run: streaming``: each run reads the
-folder's new files, with the window's ``watermark`` as the lateness it accepts;
+Delta table changed) or, for an aggregate layer with a window, as a Structured Streaming
+query (``run: streaming``: each run reads a folder table's new files, or the upstream Delta
+table's new commits, with the window's ``watermark`` as the lateness it accepts;
 engine/declared_layers/streaming_layer.py).
 
 Example:
@@ -93,9 +93,11 @@ class _Layer(BaseModel):
     run: Literal["batch", "streaming"] = Field(
         default="batch",
         description="'batch': each run reads what the upstream's Delta table changed; "
-        "'streaming' (aggregate layers with a window and its watermark, after a table whose "
-        "source is a folder of files): each run is a Structured Streaming query over the "
-        "folder's new files, with its checkpoint in the layer's folder.",
+        "'streaming' (aggregate layers with a window and its watermark): each run is a "
+        "Structured Streaming query over the new files of the upstream table's folder (a "
+        "table whose source is a folder of files) or the new commits of the upstream's "
+        "Delta table (its change data feed where it records one), with its checkpoint "
+        "beside the layer's table.",
     )
 
     @field_validator("name")
@@ -341,11 +343,14 @@ class AggregateLayerSpec(_Layer):
 
     @property
     def streaming(self) -> bool:
-        """Whether the layer runs as a Structured Streaming query over its upstream's files."""
+        """Whether the layer runs as a Structured Streaming query."""
         return self.run == "streaming"
 
 
 LayerSpec = RowLayerSpec | AggregateLayerSpec
+# Aggregates a streaming layer can keep over a Delta change data feed: a replaced or
+# deleted row is subtracted from its group (min, max and count_distinct cannot be).
+RETRACTABLE = frozenset({"sum", "count"})
 LAYER_MODELS: dict[str, type[_Layer]] = {"row": RowLayerSpec, "aggregate": AggregateLayerSpec}
 
 

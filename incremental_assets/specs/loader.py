@@ -18,6 +18,8 @@ from incremental_assets.specs.landing import OBJECT_STORE_SCHEMES, quarantine_fo
 from incremental_assets.specs.layers import (
     LAYER_KINDS,
     LAYER_MODELS,
+    RETRACTABLE,
+    AggregateLayerSpec,
     LayerSpec,
     RowLayerSpec,
     names_read,
@@ -300,27 +302,27 @@ def _check_streamed_source(
     problems: list[tuple[str | None, str, str]],
 ) -> None:
     """A streaming layer reads its upstream table's folder of files as they arrive, with
-    the declared schema (a stream cannot infer one per run: its state would not fit)."""
+    the declared schema (a stream cannot infer one per run: its state would not fit), or,
+    after a layer or a table whose source is not a folder of files, the upstream's Delta
+    table: a layer's change data feed, whose updates and deletes the aggregates subtract
+    (so only sum and count)."""
     spec = next((t for t in tables if t.name == layer.upstream), None)
-    if spec is None:
-        problems.append(
-            (
-                label,
-                "run",
-                f"a streaming layer follows a table whose source is a folder of files; "
-                f"'{layer.upstream}' is a layer: set run: batch, or follow that table",
-            )
-        )
-    elif spec.source.format not in ("csv", "json", "parquet") or spec.source.path is None:
-        problems.append(
-            (
-                label,
-                "run",
-                f"a streaming layer reads its table's folder of csv, json or parquet files; "
-                f"'{spec.name}' reads {spec.source.format}: set run: batch",
-            )
-        )
-    elif spec.source.schema_ddl is None:
+    if spec is None or not spec.source.streams_files:
+        if spec is None and isinstance(layer, AggregateLayerSpec):
+            kept = [a.name for a in layer.aggregates if a.function not in RETRACTABLE]
+            if kept:
+                problems.append(
+                    (
+                        label,
+                        "aggregates",
+                        f"{', '.join(kept)}: a streaming layer after the layer "
+                        f"'{layer.upstream}' reads its change data feed and subtracts the "
+                        "rows an update or a delete replaced; only sum and count can be "
+                        "subtracted: use them, or set run: batch",
+                    )
+                )
+        return
+    if spec.source.schema_ddl is None:
         problems.append(
             (
                 label,

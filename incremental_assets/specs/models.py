@@ -373,6 +373,12 @@ class SourceSpec(_Spec):
             catalog_table_name(self.table)
 
     @property
+    def streams_files(self) -> bool:
+        """Whether a streaming layer reads this source's folder of files (csv, json or
+        parquet) rather than its table's Delta commits."""
+        return self.format in ("csv", "json", "parquet") and self.path is not None
+
+    @property
     def location(self) -> str:
         """Where the rows are, for descriptions: a path, a catalog table, or connection
         and table."""

@@ -196,6 +196,17 @@ def test_a_streaming_layer_loads_with_its_watermark_and_batch_stays_the_default(
     assert (streamed.run, streamed.streaming) == ("streaming", True)
     assert streamed.window.spark_delay == "3600 seconds"
     assert not project(SILVER, GOLD).layers[1].streaming
+    # After a table read from a Delta source, or a layer: the upstream's Delta table.
+    assert streamed_project({**STREAMED, "from": "orders"}).layers[0].streaming
+    assert streamed_project(SILVER, {**STREAMED, "from": "orders_silver"}).layers[1].streaming
+
+
+# Over a layer (its change data feed), a max cannot be subtracted when a row goes.
+OVER_SILVER_MAX = {
+    **STREAMED,
+    "from": "orders_silver",
+    "aggregates": [{"name": "largest", "function": "max", "column": "amount"}],
+}
 
 
 NO_SCHEMA = {**INVOICES, "source": {**INVOICES["source"], "format": "parquet", "schema": None}}
@@ -214,7 +225,6 @@ NO_SCHEMA = {**INVOICES, "source": {**INVOICES["source"], "format": "parquet", "
         ({**STREAMED, "run": "batch"}, INVOICES, "window.watermark", "set run: streaming"),
         ({**STREAMED, "run": "stream"}, INVOICES, "run", "'batch' or 'streaming'"),
         ({**SILVER, "run": "streaming"}, INVOICES, "run", "a row layer runs in batch only"),
-        ({**STREAMED, "from": "orders"}, INVOICES, "run", "'orders' reads delta"),
         ({**STREAMED}, NO_SCHEMA, "run", "give that table's source.schema"),
     ],
 )
@@ -227,3 +237,13 @@ def test_a_bad_streaming_declaration_is_one_problem_naming_the_layer_and_field(
     assert len(problems) == 1, caught.value
     assert problems[0][:2] == (layer["name"], field)
     assert fragment in problems[0][2]
+
+
+def test_a_streaming_layer_over_a_layer_refuses_aggregates_it_cannot_subtract():
+    with pytest.raises(SpecError) as caught:
+        streamed_project(SILVER, OVER_SILVER_MAX)
+    problems = [p for p in caught.value.problems if p[1] != "-"]
+    assert len(problems) == 1, caught.value
+    assert problems[0][:2] == ("invoice_totals_hourly", "aggregates")
+    assert "largest: a streaming layer after the layer 'orders_silver'" in problems[0][2]
+    assert "only sum and count" in problems[0][2] and "set run: batch" in problems[0][2]

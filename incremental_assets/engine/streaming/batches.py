@@ -18,6 +18,10 @@ The query id is read from the checkpoint (Spark writes it there before the first
 it stays the same across runs of one checkpoint and changes with a reset, whose new batch
 ids start at 0 again.
 
+A query over a change data feed gives each group the rows it still holds (``HELD``): a group
+left with none is deleted from the table, the others updated or inserted, without that
+column.
+
 Through Spark Connect the function runs in the server's Python worker, which needs this
 package installed.
 """
@@ -29,9 +33,21 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import DataFrame
 
 from incremental_assets.engine.delta_lake import commits as delta_commits
-from incremental_assets.engine.delta_lake.merge_plan import insert, run_merge, same_keys, update
+from incremental_assets.engine.delta_lake.merge_plan import (
+    delete,
+    insert,
+    run_merge,
+    same_keys,
+    update,
+)
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.streaming.checkpoint import BATCH_ID, QUERY, QUERY_ID, query_id_of
+
+# A group's count of rows (signed streams): 0 once updates and deletes took back every row.
+HELD = "_ia_rows_held"
+# The options of a layer table the first batch creates: it records its change data feed,
+# as a batch layer's does, for the layers after it.
+_NEW_TABLE = {"delta.enableChangeDataFeed": "true"}
 
 
 def stream_app_id(layer: str, query_id: str) -> str:
@@ -39,13 +55,24 @@ def stream_app_id(layer: str, query_id: str) -> str:
 
 
 def merge_batches(
-    layer: str, path: str, keys: Sequence[str], checkpoint: str, declared: str, exists: bool
+    layer: str,
+    path: str,
+    keys: Sequence[str],
+    checkpoint: str,
+    declared: str,
+    exists: bool,
+    counted: bool = False,
 ) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function that merges each batch's groups into the Delta table
     at ``path`` by ``keys`` (creating it with the first batch's rows unless it ``exists``),
-    recording ``declared`` (the query, as JSON) in each commit."""
+    recording ``declared`` (the query, as JSON) in each commit. ``counted``: the groups
+    carry ``HELD``, and one holding no row is deleted."""
     found: dict[str, object] = {"created": exists}
     condition = same_keys(keys)
+    clauses = [update(), insert()]
+    if counted:
+        held = f"s.{HELD} > 0"
+        clauses = [delete(f"NOT ({held})"), update(held), insert(held)]
 
     def write(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -62,13 +89,22 @@ def merge_batches(
             record = {"layer": layer, QUERY: declared, QUERY_ID: query_id, BATCH_ID: batch_id}
             metadata = delta_commits.record(record)
             crash_point("before_commit")
+            columns = [c for c in batch.columns if c != HELD]
             if not found["created"]:
                 # A batch's groups are distinct: the first one is the table's first rows.
-                delta_commits.append(batch, path, metadata, app_id=app_id, version=batch_id)
+                first = batch.where(f"{HELD} > 0") if counted else batch
+                delta_commits.append(
+                    first.select(*columns),
+                    path,
+                    metadata,
+                    app_id=app_id,
+                    version=batch_id,
+                    options=_NEW_TABLE,
+                )
                 found["created"] = True
             else:
                 with delta_commits.idempotent(spark, app_id, batch_id, metadata):
-                    run_merge(spark, path, batch, condition, [update(), insert()], batch.columns)
+                    run_merge(spark, path, batch, condition, clauses, columns)
             crash_point("after_commit")
         finally:
             batch.unpersist()

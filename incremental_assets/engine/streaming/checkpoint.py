@@ -18,6 +18,7 @@ different queries into one table.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +53,25 @@ def checkpoint_location(target: DeltaTarget) -> str:
     return checkpoint_folder(target.spark_path)
 
 
-def declared_query(layer: AggregateLayerSpec, source: SourceSpec) -> dict[str, str]:
-    """What the checkpoint's state and offsets depend on, as text: the folder and how its
-    files are read (not the options that only pace batches), and the aggregation. A change
-    to any of them needs a reset."""
+def declared_query(layer: AggregateLayerSpec, source: Mapping[str, str]) -> dict[str, str]:
+    """What the checkpoint's state and offsets depend on, as text: the ``source`` (the
+    entries ``source.*`` that say what the stream reads and how, from
+    engine/declared_layers/stream_sources.py) and the aggregation. A change to any of
+    them needs a reset."""
     assert layer.window is not None
+    return {
+        **source,
+        "group_by": ", ".join(layer.group_by),
+        "window": f"{layer.window}, watermark {format_duration(layer.window.watermark)}",
+        "aggregates": ", ".join(
+            f"{a.name}={a.function}({a.column or '*'})" for a in layer.aggregates
+        ),
+    }
+
+
+def folder_query(source: SourceSpec) -> dict[str, str]:
+    """A folder of files as a stream reads it: the folder and how its files are read (not
+    the options that only pace batches)."""
     return {
         "source.path": str(source.path),
         "source.format": source.format,
@@ -65,11 +80,6 @@ def declared_query(layer: AggregateLayerSpec, source: SourceSpec) -> dict[str, s
             {k: v for k, v in sorted(source.options.items()) if k.lower() not in _PACING}
         ),
         "source.timezone": source.timezone,
-        "group_by": ", ".join(layer.group_by),
-        "window": f"{layer.window}, watermark {format_duration(layer.window.watermark)}",
-        "aggregates": ", ".join(
-            f"{a.name}={a.function}({a.column or '*'})" for a in layer.aggregates
-        ),
     }
 
 

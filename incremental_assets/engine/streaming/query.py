@@ -31,6 +31,9 @@ _MISMATCH = (
     "STREAMING_STATEFUL_OPERATOR",
 )
 
+# Delta's words for a commit that changed rows in a table streamed without its change feed.
+_REWRITTEN = ("DELTA_SOURCE_TABLE_IGNORE_CHANGES", "DELTA_SOURCE_IGNORE_DELETE")
+
 
 def run_available_now(
     layer: str,
@@ -70,6 +73,16 @@ def failure(layer: str, checkpoint: str, exc: Exception) -> LayerError:
             "run",
             checkpoint,
             f"Spark finds that the checkpoint no longer fits the layer's query: {first}",
+        )
+    if any(word in text for word in _REWRITTEN):
+        return LayerError(
+            layer,
+            "from",
+            "the upstream Delta table updated or deleted rows, and a stream of its appended "
+            f"rows cannot follow that: {first}",
+            "turn on the upstream's change data feed (ALTER TABLE delta.`<path>` SET "
+            "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')) and reset the layer "
+            f"(incremental-assets reset-layer {layer}), or set run: batch",
         )
     return LayerError(
         layer,

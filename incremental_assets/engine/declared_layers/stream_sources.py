@@ -1,0 +1,138 @@
+"""What a streaming layer's query reads: its upstream table's folder of files, or its
+upstream's Delta table.
+
+- A table whose source is a folder of CSV, JSON or Parquet files: the folder, with the
+  declared schema (engine/declared_layers/streaming_layer.py says how files are taken).
+- Any other upstream (a layer, a table loaded from a database or a Delta source): the
+  upstream's Delta table, from its first version. Where the upstream records its change
+  data feed (every layer does), the stream reads the feed: an insert or an update's new
+  row counts once, an update's old row or a deleted row counts against its group (the
+  aggregates subtract it: :data:`SIGN`), so the layer follows updates and deletes. Without
+  a feed the stream reads appended rows only, and fails naming the fix at the first
+  upstream commit that updated or deleted rows.
+
+Each reader also gives the entries of the declared query that name what it reads
+(engine/streaming/checkpoint.py): a change to them needs the checkpoint reset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.engine.declared_layers.inputs import LayerInputs
+from incremental_assets.engine.delta_lake.io import spark_uri
+from incremental_assets.engine.errors import LayerError, StreamCheckpointError
+from incremental_assets.engine.sources.delta_log import change_feed_enabled
+from incremental_assets.engine.streaming.checkpoint import CheckpointState, folder_query
+from incremental_assets.engine.transforms import to_utc_instants
+from incremental_assets.specs.layers import RETRACTABLE, AggregateLayerSpec
+
+# +1 for a row that counts toward its group, -1 for one an update replaced or a delete
+# removed (change data feed only).
+SIGN = "_ia_sign"
+CHANGE_FEED = "change data feed"
+APPENDS = "appended rows"
+# The change data feed's own columns.
+_FEED = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+@dataclass(frozen=True)
+class StreamedRows:
+    """``rows``: the stream (with :data:`SIGN` when ``signed``); ``query``: the declared
+    query's entries for the source."""
+
+    rows: DataFrame
+    query: dict[str, str]
+    signed: bool = False
+
+
+def streamed_rows(
+    spark: SparkSession, inputs: LayerInputs, checkpoint: CheckpointState, location: str
+) -> StreamedRows:
+    """The stream the layer's query reads."""
+    source = inputs.source
+    if source is not None and source.streams_files:
+        query = folder_query(source)
+        return StreamedRows(read_folder(spark, inputs, checkpoint, location), query)
+    return read_table(spark, inputs)
+
+
+def read_folder(
+    spark: SparkSession, inputs: LayerInputs, checkpoint: CheckpointState, location: str
+) -> DataFrame:
+    """The upstream's folder as a stream of rows, with the declared schema, zone-less
+    times read in the source's zone. A malformed CSV or JSON row fails the run (Spark's
+    FAILFAST; ``source.options.mode`` chooses otherwise), as a stream cannot quarantine a
+    file it has half read."""
+    layer, source = inputs.layer, inputs.source
+    assert source is not None
+    options = {"mode": "FAILFAST"} if source.format in ("csv", "json") else {}
+    options |= dict(source.options)
+    if source.landing is not None and source.landing.pattern:
+        options["pathGlobFilter"] = source.landing.pattern
+    path = spark_uri(str(source.path))
+    try:
+        rows = (
+            spark.readStream.format(source.format)
+            .schema(str(source.schema_ddl))
+            .options(**options)
+            .load(path)
+        )
+        _ = rows.columns  # analysed now (Spark Connect analyses lazily)
+    except AnalysisException as exc:
+        if checkpoint.query_id is not None:
+            raise StreamCheckpointError(
+                layer.name,
+                "from",
+                location,
+                f"the folder {path} of '{layer.upstream}' that the checkpoint was made for "
+                f"cannot be read: {_first_line(exc)}",
+            ) from None
+        raise LayerError(
+            layer.name,
+            "from",
+            f"the folder {path} of '{layer.upstream}' cannot be read: {_first_line(exc)}",
+            f"create the folder, or correct source.path of '{layer.upstream}'",
+        ) from None
+    return rows.transform(to_utc_instants(source.timezone))
+
+
+def read_table(spark: SparkSession, inputs: LayerInputs) -> StreamedRows:
+    """The upstream's Delta table as a stream: its change data feed, signed, where it
+    records one, else its appended rows."""
+    layer, upstream = inputs.layer, inputs.upstream
+    assert isinstance(layer, AggregateLayerSpec)
+    if not upstream.exists():
+        raise LayerError(
+            layer.name,
+            "from",
+            f"the upstream '{layer.upstream}' has no Delta table yet at {upstream.path}",
+            f"materialize '{layer.upstream}' first",
+        )
+    feed = change_feed_enabled(upstream.open().metadata().configuration)
+    query = {"source.table": str(upstream.path), "source.read": CHANGE_FEED if feed else APPENDS}
+    reader = spark.readStream.format("delta")
+    if not feed:
+        return StreamedRows(reader.load(upstream.spark_path), query)
+    kept = [a.name for a in layer.aggregates if a.function not in RETRACTABLE]
+    if kept:
+        raise LayerError(
+            layer.name,
+            "aggregates",
+            f"{', '.join(kept)}: the upstream '{layer.upstream}' records its change data feed, "
+            "which the stream reads, subtracting the rows an update or a delete replaced; "
+            "only sum and count can be subtracted",
+            "use sum and count, or set run: batch",
+        )
+    changes = reader.option("readChangeFeed", "true").load(upstream.spark_path)
+    gone = F.col("_change_type").isin("update_preimage", "delete")
+    signed = changes.withColumn(SIGN, F.when(gone, F.lit(-1)).otherwise(F.lit(1)))
+    return StreamedRows(signed.drop(*_FEED), query, signed=True)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:500]
