@@ -251,6 +251,15 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def cache_jars(packages: tuple[str, ...]) -> None:
+    """Have Delta Lake's jars and ``packages`` in the jar cache (engine/jars.py), fetched
+    with Maven when they are not yet, without starting a JVM: for a driver that starts its
+    session where the network is gone (a namespace of its own)."""
+    plan = jars.plan({"spark.jars.packages": ",".join(packages)})
+    if plan.resolving:
+        jars.fetch_with_maven(plan)
+
+
 def provided_jars_conf() -> dict[str, str]:
     """Delta Lake's and the S3 connector's jars on the class path of the driver and of
     every executor, as a cluster image with them installed in ``$SPARK_HOME/jars`` has

@@ -14,8 +14,10 @@ import shutil
 import subprocess
 import sys
 
+from incremental_assets.engine.spark import connectors
 from incremental_assets_tests.object_stores import AzuriteServer
 from incremental_assets_tests.postgres import skip_or_fail_on_ci
+from incremental_assets_tests.servers import cache_jars
 
 
 def _unavailable() -> str | None:
@@ -34,6 +36,8 @@ def test_an_upsert_table_on_azure_blob_storage_through_wasb_equals_a_full_reload
     why = _unavailable()
     if why:
         skip_or_fail_on_ci(why)
+    # The driver's namespace has no network: its connector's jars are fetched here first.
+    cache_jars(connectors.CONNECTORS["azure"].packages())
     driver = f"{sys.executable} -m incremental_assets_tests.cluster.azure_driver {tmp_path}"
     done = subprocess.run(
         ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {driver}"],
