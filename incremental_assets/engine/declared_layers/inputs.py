@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.catalog import sql_table
 from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.errors import LayerError
 from incremental_assets.specs.layers import LayerSpec
 from incremental_assets.specs.models import ProjectSpec, SourceSpec
 
@@ -29,6 +30,18 @@ class LayerInputs:
     # Where the upstream table's rows come from (None: the upstream is a layer): a
     # streaming layer reads its folder of files.
     source: SourceSpec | None = None
+
+    def require_upstream(self) -> None:
+        """Raise a :class:`LayerError` naming the fix when the upstream has no Delta table
+        yet."""
+        if not self.upstream.exists():
+            raise LayerError(
+                self.layer.name,
+                "from",
+                f"the upstream '{self.layer.upstream}' has no Delta table yet at "
+                f"{self.upstream.path}",
+                f"materialize '{self.layer.upstream}' first",
+            )
 
 
 def layer_inputs(

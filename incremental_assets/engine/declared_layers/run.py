@@ -28,14 +28,7 @@ def refresh_layer(spark: SparkSession, inputs: LayerInputs) -> LayerResult:
             "the layer runs as a streaming query, not by a batch refresh",
             "run it with engine.declared_layers.stream_layer (its Dagster asset does)",
         )
-    if not inputs.upstream.exists():
-        raise LayerError(
-            inputs.layer.name,
-            "from",
-            f"the upstream '{inputs.layer.upstream}' has no Delta table yet at "
-            f"{inputs.upstream.path}",
-            f"materialize '{inputs.layer.upstream}' first",
-        )
+    inputs.require_upstream()
     since = covered_version(inputs.target, inputs.upstream)
     try:
         return _REFRESH[inputs.layer.kind](spark, inputs)

@@ -106,13 +106,7 @@ def read_table(spark: SparkSession, inputs: LayerInputs) -> StreamedRows:
     records one, else its appended rows."""
     layer, upstream = inputs.layer, inputs.upstream
     assert isinstance(layer, AggregateLayerSpec)
-    if not upstream.exists():
-        raise LayerError(
-            layer.name,
-            "from",
-            f"the upstream '{layer.upstream}' has no Delta table yet at {upstream.path}",
-            f"materialize '{layer.upstream}' first",
-        )
+    inputs.require_upstream()
     feed = change_feed_enabled(upstream.open().metadata().configuration)
     query = {"source.table": str(upstream.path), "source.read": CHANGE_FEED if feed else APPENDS}
     reader = spark.readStream.format("delta")

@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine.declared_layers.aggregate_layer import check_columns, measure
+from incremental_assets.engine.declared_layers.commit import NEW_TABLE_OPTIONS
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.declared_layers.stream_sources import SIGN, streamed_rows
 from incremental_assets.engine.delta_lake.store import DeltaTarget
@@ -78,6 +79,8 @@ def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
         text,
         before is not None,
         counted=source.signed,
+        # Like a batch layer's table, it records its change data feed for the layers after it.
+        new_table=NEW_TABLE_OPTIONS,
     )
     query_id, reports = run_available_now(layer.name, groups, write, location)
     after = _version(target)

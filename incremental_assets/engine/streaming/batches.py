@@ -28,7 +28,7 @@ package installed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame
 
@@ -45,9 +45,6 @@ from incremental_assets.engine.streaming.checkpoint import BATCH_ID, QUERY, QUER
 
 # A group's count of rows (signed streams): 0 once updates and deletes took back every row.
 HELD = "_ia_rows_held"
-# The options of a layer table the first batch creates: it records its change data feed,
-# as a batch layer's does, for the layers after it.
-_NEW_TABLE = {"delta.enableChangeDataFeed": "true"}
 
 
 def stream_app_id(layer: str, query_id: str) -> str:
@@ -62,11 +59,13 @@ def merge_batches(
     declared: str,
     exists: bool,
     counted: bool = False,
+    new_table: Mapping[str, str] | None = None,
 ) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function that merges each batch's groups into the Delta table
     at ``path`` by ``keys`` (creating it with the first batch's rows unless it ``exists``),
     recording ``declared`` (the query, as JSON) in each commit. ``counted``: the groups
-    carry ``HELD``, and one holding no row is deleted."""
+    carry ``HELD``, and one holding no row is deleted. ``new_table``: the table options of the
+    table the first batch creates."""
     found: dict[str, object] = {"created": exists}
     condition = same_keys(keys)
     clauses = [update(), insert()]
@@ -99,7 +98,7 @@ def merge_batches(
                     metadata,
                     app_id=app_id,
                     version=batch_id,
-                    options=_NEW_TABLE,
+                    options=new_table,
                 )
                 found["created"] = True
             else:
