@@ -10,6 +10,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.declared_layers import LayerResult, layer_inputs, refresh_layer
 from incremental_assets.specs import TableSpec, WarehouseSpec, load_project
+from incremental_assets.specs.models import relative_day
 from incremental_assets_tests.servers import QUICK_JIT
 
 UTC = timezone.utc
@@ -625,9 +627,21 @@ def run_demo(root: Path, rounds: int) -> FinishedDemo:
     its instance there; the working folder and the environment are restored afterwards.
 
     The folder stays where it is: the targets' commits record their sources by absolute
-    path, so a copy elsewhere would read as switched sources."""
-    for name in ("tables.yaml", "dagster.yaml", "workspace.yaml"):
+    path, so a copy elsewhere would read as switched sources.
+
+    The copied tables.yaml has its relative starts (``today-4d``) written as the dates they
+    are now: a test session can cross midnight UTC, and a start that moved with the calendar
+    would leave the demo's first day outside the partitions the later tests read (the UI
+    would show one of the two days filled)."""
+    for name in ("dagster.yaml", "workspace.yaml"):
         shutil.copy(PROJECT_ROOT / name, root / name)
+    (root / "tables.yaml").write_text(
+        re.sub(
+            r"(start:\s*)(today(?:\s*-\s*\d+\s*d)?)\b",
+            lambda match: f"{match[1]}{relative_day(match[2]):%Y-%m-%d}",
+            (PROJECT_ROOT / "tables.yaml").read_text(),
+        )
+    )
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         patch.setenv("INCREMENTAL_ASSETS_TABLES", str(root / "tables.yaml"))
