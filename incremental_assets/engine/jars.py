@@ -20,12 +20,15 @@ in ``spark.jars`` (:func:`placed`).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -111,6 +114,21 @@ def placed(conf: dict[str, str], jar_plan: JarPlan) -> dict[str, str]:
     own = out.get("spark.driver.extraClassPath")
     out["spark.driver.extraClassPath"] = os.pathsep.join([*([own] if own else []), *paths])
     return out
+
+
+@contextlib.contextmanager
+def resolving_alone() -> Iterator[None]:
+    """Held while a process resolves jars into the cache: a second process starting at the
+    same time (two Dagster runs, two test workers on a fresh machine) waits, then reads the
+    manifest the first one wrote instead of resolving into the same folders at once."""
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "resolving.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def announce(jar_plan: JarPlan) -> None:

@@ -89,6 +89,14 @@ def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSes
         return session
     check_master(conf)
     plan = jars.plan(conf)
+    if not plan.resolving:
+        return _start_local(conf, plan, app_name)
+    with jars.resolving_alone():
+        # Another process may have filled the cache while this one waited.
+        return _start_local(conf, jars.plan(conf), app_name)
+
+
+def _start_local(conf: dict[str, str], plan: jars.JarPlan, app_name: str | None) -> SparkSession:
     own = {k: v for k, v in conf.items() if k != "spark.jars.packages"}
     if plan.resolving:
         jars.announce(plan)
