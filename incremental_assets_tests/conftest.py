@@ -52,22 +52,8 @@ REMOTE_ENV = "INCREMENTAL_ASSETS_TEST_REMOTE"
 THROUGH_CONNECT = os.environ.get(REMOTE_ENV, "") not in ("", "0")
 
 
-# ./dev test runs the suite in two pytest-xdist workers (--dist loadgroup): the tests that
-# share one of these session fixtures run in the same worker, so each starts once (a
-# cluster, a Connect server and the demo run are minutes of a 2-core machine's time).
-SHARED_IN_ONE_WORKER = {
-    "finished_demo": "demo",
-    "spark_cluster": "servers",
-    "connect_server": "servers",
-}
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        shared = [SHARED_IN_ONE_WORKER[f] for f in getattr(item, "fixturenames", ())
-                  if f in SHARED_IN_ONE_WORKER]  # fmt: skip
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
         if not THROUGH_CONNECT and item.get_closest_marker("connect_only") is not None:
             item.add_marker(
                 pytest.mark.skip(reason=f"runs only through Spark Connect ({REMOTE_ENV}=1)")
