@@ -119,7 +119,7 @@ def placed(conf: dict[str, str], jar_plan: JarPlan) -> dict[str, str]:
 @contextlib.contextmanager
 def resolving_alone() -> Iterator[None]:
     """Held while a process resolves jars into the cache: a second process starting at the
-    same time (two Dagster runs, two test workers on a fresh machine) waits, then reads the
+    same time (the first sessions of two Dagster runs on a fresh machine) waits, then reads the
     manifest the first one wrote instead of resolving into the same folders at once."""
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
