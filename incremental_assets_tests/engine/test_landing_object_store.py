@@ -28,7 +28,11 @@ from incremental_assets_tests.builders import invoice, landing_spec
 from incremental_assets_tests.object_stores import SERVERS
 from incremental_assets_tests.postgres import skip_or_fail_on_ci
 
-LATER = datetime.now(timezone.utc) + timedelta(hours=1)  # every object has settled
+
+def later() -> datetime:
+    """A clock an hour ahead, read when the test runs (not when the module is imported: a
+    long session would reach this test with that hour spent, and every object unsettled)."""
+    return datetime.now(timezone.utc) + timedelta(hours=1)
 
 
 @pytest.fixture(scope="module", params=sorted(SERVERS))
@@ -89,7 +93,7 @@ def test_files_load_once_only_new_ones_are_downloaded_and_a_bad_one_is_quarantin
     store.put(bucket, "invoices/bad.json", lines(4) + "this is not json\n")
     store.put(bucket, "invoices/_partial/c.json", lines(9))  # '_' folders are never read
 
-    first = load_landing(spark, spec, bronze, now=LATER)
+    first = load_landing(spark, spec, bronze, now=later())
     assert [f.path for f in first.files_loaded] == [f"{folder}/2026/01/b.json", f"{folder}/a.json"]
     assert list(first.quarantined) == [f"{folder}/bad.json"]
     table = DeltaTable(bronze.path).to_pyarrow_table(columns=["_ia_source_file", "InvoiceNumber"])
@@ -110,7 +114,7 @@ def test_files_load_once_only_new_ones_are_downloaded_and_a_bad_one_is_quarantin
     reads = store.object_reads(bucket, "invoices/a.json")
     assert reads == 1
     version = DeltaTable(bronze.path).version()
-    again = load_landing(spark, spec, bronze, now=LATER)
+    again = load_landing(spark, spec, bronze, now=later())
     assert again.files_loaded == [] and again.files_already_loaded == 2 and again.commit is None
     assert DeltaTable(bronze.path).version() == version
 
@@ -120,7 +124,7 @@ def test_files_load_once_only_new_ones_are_downloaded_and_a_bad_one_is_quarantin
     store.put(bucket, "invoices/d[1].json", lines(5))
     store.put(bucket, "invoices/2026/", "")
     monkeypatch.chdir(tmp_path)
-    third = load_landing(spark, spec, bronze, now=LATER, staging_dir=".")
+    third = load_landing(spark, spec, bronze, now=later(), staging_dir=".")
     assert [f.path for f in third.files_loaded] == [f"{folder}/d[1].json"]
     assert third.commit.rows_inserted == 1 and third.files_seen == 3
     assert store.object_reads(bucket, "invoices/a.json") == reads
@@ -129,7 +133,7 @@ def test_files_load_once_only_new_ones_are_downloaded_and_a_bad_one_is_quarantin
     # A file rewritten in place is a new version, and silver's view keeps only its rows.
     time.sleep(1.1)  # object times have one-second resolution
     store.put(bucket, "invoices/a.json", lines(1, 6))
-    fourth = load_landing(spark, spec, bronze, now=LATER + timedelta(minutes=5))
+    fourth = load_landing(spark, spec, bronze, now=later() + timedelta(minutes=5))
     assert [f.path for f in fourth.files_loaded] == [f"{folder}/a.json"]
     newest = newest_versions(spark.read.parquet(*DeltaTable(bronze.path).file_uris()))
     assert sorted(r["InvoiceNumber"] for r in newest.collect()) == ["INV1", "INV3", "INV5", "INV6"]
@@ -155,7 +159,7 @@ def test_an_unlistable_bucket_fails_with_what_to_check_and_commits_nothing(spark
     spec = landing_spec(folder)
     bronze = local_bronze(tmp_path, store)
     with pytest.raises(SourceNotFoundError) as failure:
-        load_landing(spark, spec, bronze, now=LATER)
+        load_landing(spark, spec, bronze, now=later())
     message = str(failure.value)
     assert f"{folder} could not be listed" in message
     assert "404" in message  # the server's answer: no such bucket or container
