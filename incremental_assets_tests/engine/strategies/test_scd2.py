@@ -197,8 +197,8 @@ def test_random_histories_into_scd2_equal_the_reference(spark, tmp_path, seed):
             load(spark, spec, target, first, rng.randint(first, 4), backfill=True)
     load(spark, spec, target, 1, 4, backfill=True)
     loaded = rows(target, *columns)
-    for day in rng.sample([1, 2, 3, 4], 2):
-        load(spark, spec, target, day, backfill=True)
+    day = rng.choice([1, 2, 3, 4])  # one old day replayed (two until the suite outgrew its time)
+    load(spark, spec, target, day, backfill=True)
 
     assert loaded == scd2_reference(events)
     assert rows(target, *columns) == loaded
