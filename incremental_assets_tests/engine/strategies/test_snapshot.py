@@ -160,7 +160,8 @@ def states(seed: int) -> list[dict[int, str]]:
     re-inserts), some repeated, as a snapshot source would show them over time."""
     rng = random.Random(seed)
     events = history(seed, keys=150, events=700, names=("a", "b", "c"))
-    # Five states (seven until the suite outgrew its time: each is a whole load).
+    # Five cuts of the history (seven until the suite outgrew its time: each state taken
+    # is a whole load); with the repeated ones, seven states for seed 7.
     cuts = [*sorted(rng.sample(range(1, len(events)), 4)), len(events)]
     state: dict[int, str] = {}
     out, done = [], 0
