@@ -694,11 +694,16 @@ class Tombstones(SideTable):
 
     SUFFIX = "tombstones"
 
-    def record(self, staged: DataFrame, keys: list[str], watermark: str) -> int:
+    def record(
+        self, staged: DataFrame, keys: list[str], watermark: str, count: int | None = None
+    ) -> int:
+        """Record the staged hard deletes (``count``: how many, as the increment's write
+        counted them; counted here when not given) and return how many there were."""
         deletes = staged.filter(F.col(OP) == "D").select(
             *[F.col(quote(c)) for c in [*keys, watermark]]
         )
-        count = deletes.count()
+        if count is None:
+            count = deletes.count()
         if count == 0:
             return 0
         record = delta_commits.record({"side_table": self.SUFFIX})

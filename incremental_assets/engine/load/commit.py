@@ -94,7 +94,9 @@ def _record_beside_target(
     and ChangeLog)."""
     if extracted.rows_quarantined:
         Quarantine(target).record(spark, extracted.quarantined_path, identity_of(strategy.spec))
-    strategy.record_beside_target(spark, target, extracted.staged_path, extracted.logged_path)
+    strategy.record_beside_target(
+        spark, target, extracted.staged_path, extracted.logged_path, extracted.staged_deletes
+    )
 
 
 def _quality_metadata(report: quality.QualityReport) -> dict:

@@ -65,6 +65,8 @@ class Extract:
     rows_late: int = 0
     files_late: int = 0
     rows_quarantined: int | None = None
+    # The deletes the increment's write counted (change sets; None: not counted).
+    staged_deletes: int | None = None
     # Each row's partition key (rows.partition_key), and what the increment's write
     # counted of them (rows.partition_counters).
     partition_key: Column | None = None
@@ -106,7 +108,8 @@ def extract(
     change_counts = strategy.change_counts(staged.written)
     unchanged = strategy.unchanged(rows_extracted, change_counts, staged.logged_rows)
     gaps = _gaps(spark, spec, window, staged_path)
-    deletes = int(staged.written.get("deletes", 0))
+    counted_deletes = staged.written.get("deletes")
+    deletes = int(counted_deletes or 0)
     guard = strategy.delete_guard(spark, state, target, rows_extracted, staged_path, deletes)
     return Extract(
         staged_path=staged_path,
@@ -124,6 +127,7 @@ def extract(
         rows_late=rows_late,
         files_late=files_late,
         rows_quarantined=staged.quarantined,
+        staged_deletes=None if counted_deletes is None else deletes,
         partition_key=staged.partition_key,
         partition_keys={k: v for k, v in staged.written.items() if k.startswith("partition:")},
     )

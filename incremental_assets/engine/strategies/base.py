@@ -272,8 +272,10 @@ class Strategy:
         target: DeltaTarget,
         staged_path: str,
         logged_path: str | None,
+        staged_deletes: int | None = None,
     ) -> None:
-        """Side tables written before the target's commit (tombstones, a change log)."""
+        """Side tables written before the target's commit (tombstones, a change log);
+        ``staged_deletes``: the deletes the increment's write counted (None: not counted)."""
 
     # -- result ----------------------------------------------------------------------------
 

@@ -71,12 +71,14 @@ class Cdc(Strategy):
         target: DeltaTarget,
         staged_path: str,
         logged_path: str | None,
+        staged_deletes: int | None = None,
     ) -> None:
-        """Hard deletes: their tombstones."""
+        """Hard deletes: their tombstones (none to write, and no job to find it, when the
+        increment's write counted no delete)."""
         plan = self.merge_plan()
-        if plan.tombstones:
+        if plan.tombstones and staged_deletes != 0:
             staged = spark.read.parquet(staged_path)
-            Tombstones(target).record(staged, list(plan.keys), plan.watermark)
+            Tombstones(target).record(staged, list(plan.keys), plan.watermark, staged_deletes)
 
     def delete_guard(
         self,

@@ -188,6 +188,7 @@ class Scd2(Strategy):
         target: DeltaTarget,
         staged_path: str,
         logged_path: str | None,
+        staged_deletes: int | None = None,
     ) -> None:
         """The run's changes new to the change log."""
         if logged_path:
