@@ -98,8 +98,10 @@ class SourceFiles(SideTable):
             {"path": f.name, "size": f.size, "modified": f.modified, "target_version": v}
             for f, v in entries
         ]
-        frame = spark.createDataFrame(rows, from_arrow_schema(self.SCHEMA))
-        self.insert_missing(frame, ["path", "size", "modified", "target_version"])
+        # An append, not a merge (a Spark job or two fewer per run): a run caches only
+        # what the commits since the cache's newest recorded, so nothing is cached twice,
+        # and an entry that were would change nothing (the cache is read as a set).
+        self.append_rows(spark.createDataFrame(rows, from_arrow_schema(self.SCHEMA)))
 
 
 @dataclass(frozen=True)

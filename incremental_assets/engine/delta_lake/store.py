@@ -662,6 +662,17 @@ class SideTable:
             return None
         return self.location.to_spark(spark, holding=holding)
 
+    def append_rows(self, rows: DataFrame, options: Mapping[str, str] | None = None) -> None:
+        """Append ``rows`` in one commit (the first one creates the table, in a folder
+        checked first: ``_creating``)."""
+        self._creating()  # checks the folder or the table; an append either way
+        delta_commits.append(
+            rows,
+            self.location.spark_path,
+            delta_commits.record({"side_table": self.SUFFIX}),
+            options={**(options or {}), **table_options(rows.columns)},
+        )
+
     def insert_missing(
         self, rows: DataFrame, identity: list[str], extra: Mapping[str, Any] | None = None
     ) -> None:
@@ -728,14 +739,7 @@ class ChangeLog(SideTable):
 
     def append(self, spark: SparkSession, staged_path: str) -> None:
         """Append the staged changes (the caller stages only a run that has some)."""
-        self._creating()  # checks the folder or the log; an append either way
-        changes = spark.read.parquet(staged_path)
-        delta_commits.append(
-            changes,
-            self.location.spark_path,
-            delta_commits.record({"side_table": self.SUFFIX}),
-            options={"mergeSchema": "true", **table_options(changes.columns)},
-        )
+        self.append_rows(spark.read.parquet(staged_path), {"mergeSchema": "true"})
 
 
 def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:
