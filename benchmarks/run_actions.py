@@ -148,7 +148,7 @@ def one_pass(spark, kind: str, root: Path, days: list[list[tuple]], seed: int, r
         if held:
             files.append(held)  # yesterday's file arrives a day late
             held = []
-        if rng.random() < 0.3 and day < len(days) - 1:
+        if 0 < day < len(days) - 1 and rng.random() < 0.3:
             held, files = files[0], files[1:]
         for i, rows in enumerate(files):
             if rows:
