@@ -9,8 +9,8 @@ after a change to the load path: the actions listed are what a cut removes.
 
 1. for each strategy (upsert, CDC with hard and with soft deletes, SCD2 over a CDC feed) a
    folder of Parquet change files (``--keys`` keys, ``--events`` events over ``--days``
-   days, delivered a day per file, some days twice and some files late, like the test
-   suite's histories);
+   days, a file a day, now and then one held back and delivered with the next day's, so
+   some runs read a late file, as in the test suite's histories);
 2. the days loaded one run each into a fresh Delta target, in one Spark session (warm:
    Spark's start is not in any run); ``--rounds`` such passes, the last measured;
 3. the listed run is the last day's of the last pass (its cursor and side tables as a
@@ -134,8 +134,9 @@ def spec_for(kind: str, folder: Path) -> TableSpec:
 
 
 def one_pass(spark, kind: str, root: Path, days: list[list[tuple]], seed: int, recorder, last):
-    """Load ``days`` a run each (a day delivered twice now and then, the day before it
-    late); with ``last``, record the last run's actions. Returns that run's seconds."""
+    """Load ``days`` a run each (now and then a day's file held back and delivered late,
+    with the next day's); with ``last``, record the last run's actions. Returns the last
+    run's seconds."""
     rng = random.Random(seed)
     folder, target = root / f"{kind}-feed-{seed}", root / f"{kind}-target-{seed}"
     folder.mkdir(parents=True)

@@ -108,8 +108,9 @@ def extract(
     change_counts = strategy.change_counts(staged.written)
     unchanged = strategy.unchanged(rows_extracted, change_counts, staged.logged_rows)
     gaps = _gaps(spark, spec, window, staged_path)
-    counted_deletes = staged.written.get("deletes")
-    deletes = int(counted_deletes or 0)
+    # Counted as the increment was written (an int), absent when it holds no change set.
+    staged_deletes = staged.written.get("deletes")
+    deletes = staged_deletes or 0
     guard = strategy.delete_guard(spark, state, target, rows_extracted, staged_path, deletes)
     return Extract(
         staged_path=staged_path,
@@ -127,7 +128,7 @@ def extract(
         rows_late=rows_late,
         files_late=files_late,
         rows_quarantined=staged.quarantined,
-        staged_deletes=None if counted_deletes is None else deletes,
+        staged_deletes=staged_deletes,
         partition_key=staged.partition_key,
         partition_keys={k: v for k, v in staged.written.items() if k.startswith("partition:")},
     )
