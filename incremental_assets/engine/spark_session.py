@@ -62,6 +62,11 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # Delta rebuilds a table's state from its log in this many tasks (default 50): on a
     # few local cores, most of a small load's time went to them.
     "spark.databricks.delta.snapshotPartitions": "8",
+    # PySpark 4 records the Python call site of every Column it builds (a stack walk and
+    # extra JVM calls each), only to name it in an analysis error's query context; a
+    # run builds thousands of Columns, and the engine's errors name the table and the
+    # step themselves. Off: ~5% of a small run's time here.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 
