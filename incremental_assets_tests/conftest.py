@@ -81,11 +81,13 @@ def spark(
         # 10,000 tables for 60 minutes; the suite creates thousands of tables it never
         # reads again. A test's own tables stay in a cache of 64.
         "spark.databricks.delta.delta.log.cacheSize": "64",
-        # Spark keeps the last 1,000 SQL executions (plans and metrics), jobs and stages
-        # for its UI's store even with the UI off; the suite runs tens of thousands.
+        # Spark keeps the last 1,000 SQL executions (plans and metrics), jobs and stages,
+        # and 100,000 tasks a stage, for its UI's store even with the UI off; the suite
+        # runs tens of thousands.
         "spark.sql.ui.retainedExecutions": "50",
         "spark.ui.retainedJobs": "100",
         "spark.ui.retainedStages": "100",
+        "spark.ui.retainedTasks": "1000",
         # s3a (and s3://) on the moto server; the AWS SDK stays on the driver's class path.
         **s3_spark_conf(s3_endpoint),
         # Spark's catalog backed by a Hive metastore, as in production, for the tests of
