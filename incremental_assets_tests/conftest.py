@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import DeltaTarget
-from incremental_assets.engine.spark import remote
+from incremental_assets.engine.spark import class_archive, remote
 from incremental_assets.engine.spark.connect_server import ConnectServer
 from incremental_assets.engine.spark_session import local_session, start_session
 from incremental_assets_tests.builders import (
@@ -107,7 +107,18 @@ def spark(
         session = start_session({"spark.remote": server.url, **conf})
     else:
         started = time.monotonic()
-        session = local_session("incremental-assets-tests", **conf)
+        # This JVM runs the whole suite and exits last: it would record the driver's
+        # class archive only then. The child runs record it and map it
+        # (engine/spark/class_archive.py).
+        before = os.environ.get(class_archive.ARCHIVE_ENV)
+        os.environ[class_archive.ARCHIVE_ENV] = "off"
+        try:
+            session = local_session("incremental-assets-tests", **conf)
+        finally:
+            if before is None:
+                os.environ.pop(class_archive.ARCHIVE_ENV)
+            else:
+                os.environ[class_archive.ARCHIVE_ENV] = before
         STARTED["local Spark session"] = time.monotonic() - started
     yield session
     session.stop()

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import SessionSettingError
+from incremental_assets.engine.spark import class_archive
 from incremental_assets.engine.spark.master import check_master
 
 # Settings without which results would differ from machine to machine.
@@ -122,6 +123,22 @@ def _start_local(conf: dict[str, str], plan: jars.JarPlan, app_name: str | None)
 
 
 def _build(conf: dict[str, str], app_name: str | None) -> SparkSession:
+    # The driver JVM this starts maps the classes an earlier start loaded (or records them).
+    archived, started = class_archive.with_archive(conf)
+    try:
+        session = _get_or_create(archived, app_name)
+    except Exception:
+        if archived == conf:
+            raise
+        # A JVM that cannot use the archive: without it (and without it from now on).
+        class_archive.forget(archived)
+        return _get_or_create(conf, app_name)
+    if started is not None:
+        started()
+    return session
+
+
+def _get_or_create(conf: dict[str, str], app_name: str | None) -> SparkSession:
     builder = SparkSession.builder
     if app_name:
         builder = builder.appName(app_name)

@@ -14,6 +14,7 @@ import pytest
 
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import JarsUnavailableError
+from incremental_assets.engine.spark import class_archive
 
 START = """
 import sys
@@ -53,6 +54,9 @@ def _start(
             "HOME": str(tmp_path / "home"),
             "MAVEN_OPTS": f"-Duser.home={tmp_path / 'home'}",
             "SPARK_LOCAL_IP": "127.0.0.1",
+            # Its jars (and so its class path) are its own: a class archive recorded for
+            # them would serve no other start (engine/spark/class_archive.py).
+            class_archive.ARCHIVE_ENV: "off",
             **env,
         },
         capture_output=True,
