@@ -122,7 +122,13 @@ def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
             streamed = stream_layer(session, inputs)
             # A run may commit several batches: every key of the table is checked.
             outcomes = {KEYS_UNIQUE: checks.keys_unique(session, target, keys)}
-            outcomes[NO_LATE_ROWS] = late_rows_outcome(streamed)
+            if layer.kind == "row":
+                outcomes[KEYS_NOT_NULL] = checks.keys_not_null(session, target, keys)
+                outcomes[COUNTS_RECONCILED] = counts_reconciled(
+                    session, inputs, streamed.upstream_version
+                )
+            else:
+                outcomes[NO_LATE_ROWS] = late_rows_outcome(streamed)
             metadata = stream_metadata(streamed)
         else:
             result = refresh_layer(session, inputs)
@@ -194,6 +200,11 @@ def stream_metadata(result: StreamResult) -> dict:
         "query_id": result.query_id or "-",
         "committed": result.committed,
         "delta_version": result.version if result.version is not None else -1,
+        **(
+            {"upstream_version_to": result.upstream_version}
+            if result.upstream_version is not None
+            else {}
+        ),
     }
 
 

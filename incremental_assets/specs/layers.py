@@ -11,10 +11,11 @@ A layer follows one upstream, ``from``: a table or an earlier layer. Two kinds:
   count_distinct, min, max) and an optional tumbling ``window`` of a time column.
 
 A layer runs in batch (``run: batch``, the default: each run reads what the upstream's
-Delta table changed) or, for an aggregate layer with a window, as a Structured Streaming
-query (``run: streaming``: each run reads a folder table's new files, or the upstream Delta
-table's new commits, with the window's ``watermark`` as the lateness it accepts;
-engine/declared_layers/streaming_layer.py).
+Delta table changed) or as a Structured Streaming query (``run: streaming``): an aggregate
+layer with a window reads a folder table's new files, or the upstream Delta table's new
+commits, with the window's ``watermark`` as the lateness it accepts
+(engine/declared_layers/streaming_layer.py); a row layer reads the upstream Delta table's
+new commits and merges its select's rows by key (engine/declared_layers/streaming_rows.py).
 
 Example:
     .. code-block:: yaml
@@ -93,11 +94,12 @@ class _Layer(BaseModel):
     run: Literal["batch", "streaming"] = Field(
         default="batch",
         description="'batch': each run reads what the upstream's Delta table changed; "
-        "'streaming' (aggregate layers with a window and its watermark): each run is a "
-        "Structured Streaming query over the new files of the upstream table's folder (a "
-        "table whose source is a folder of files) or the new commits of the upstream's "
-        "Delta table (its change data feed where it records one), with its checkpoint "
-        "beside the layer's table.",
+        "'streaming': each run is a Structured Streaming query, with its checkpoint beside "
+        "the layer's table: an aggregate layer (with a window and its watermark) over the "
+        "new files of the upstream table's folder (a table whose source is a folder of "
+        "files) or the new commits of the upstream's Delta table (its change data feed "
+        "where it records one); a row layer over the upstream's Delta table's new commits "
+        "(its change data feed where it records one, else its appended rows).",
     )
 
     @field_validator("name")
@@ -192,12 +194,15 @@ class RowLayerSpec(_Layer):
         return self
 
     @model_validator(mode="after")
-    def _batch_only(self) -> RowLayerSpec:
-        if self.run == "streaming":
+    def _newest_in_batch(self) -> RowLayerSpec:
+        if self.run == "streaming" and self.newest is not None:
+            # A stream hands each batch's changes once: the versions of a group that
+            # arrived in earlier batches are no longer there to compare with.
             raise PydanticCustomError(
-                "field:run",
-                "a row layer runs in batch only (streaming is for aggregate layers with a "
-                "window); remove run or set run: batch",
+                "field:newest",
+                "a streaming row layer keeps the newest change of each key in the order the "
+                "upstream committed them; newest (ordering versions by columns) runs in "
+                "batch only: remove newest, or set run: batch",
             )
         return self
 
@@ -207,7 +212,7 @@ class RowLayerSpec(_Layer):
 
     @property
     def streaming(self) -> bool:
-        return False
+        return self.run == "streaming"
 
 
 class AggregateSpec(BaseModel):

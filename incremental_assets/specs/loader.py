@@ -306,6 +306,8 @@ def _check_streamed_source(
     after a layer or a table whose source is not a folder of files, the upstream's Delta
     table: a layer's change data feed, whose updates and deletes the aggregates subtract
     (so only sum and count)."""
+    if isinstance(layer, RowLayerSpec):
+        return  # it reads the upstream's Delta table, whatever fills it
     spec = next((t for t in tables if t.name == layer.upstream), None)
     if spec is None or not spec.source.streams_files:
         if spec is None and isinstance(layer, AggregateLayerSpec):

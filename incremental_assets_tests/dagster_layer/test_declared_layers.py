@@ -31,8 +31,14 @@ layers:
     aggregates:
       - {name: total, function: sum, column: amount}
       - {name: orders, function: count}
+  - name: paid_orders_doubled
+    from: paid_orders
+    run: streaming
+    select: SELECT order_id, amount * 2 AS doubled FROM paid_orders
+    keys: [order_id]
 """
 LAYERS = ("paid_orders", "orders_by_status")
+STREAMED = "paid_orders_doubled"
 
 
 @pytest.fixture
@@ -58,6 +64,8 @@ def test_declared_layers_materialize_after_their_table_with_metadata_and_checks(
     layers = [project.defs.get_assets_def(name) for name in LAYERS]
     for asset in layers:
         assert asset.dependency_keys == {dg.AssetKey("orders")}
+    layers.append(project.defs.get_assets_def(STREAMED))
+    assert layers[-1].dependency_keys == {dg.AssetKey("paid_orders")}
 
     def refresh():
         return dg.materialize(layers, instance=instance, resources=project.defs.resources)
@@ -77,6 +85,19 @@ def test_declared_layers_materialize_after_their_table_with_metadata_and_checks(
         "keys_unique": True,
         "sample_matches_full_aggregation": True,
     }
+    streamed = metadata_of(first, STREAMED)
+    assert (streamed["run"], streamed["rows_out"], streamed["dagster/row_count"]) == (
+        "streaming",
+        1,
+        1,
+    )
+    # It read the silver layer up to the version the silver run committed.
+    assert streamed["upstream_version_to"] == silver["delta_version"]
+    assert checks_of(first, STREAMED) == {
+        "keys_unique": True,
+        "keys_not_null": True,
+        "counts_reconciled_with_upstream": True,
+    }
 
     project.source.upsert([(2, "paid", 2.5, at(2, 1)), (3, "placed", 3.0, at(2, 2))])
     project.materialize(instance, "2026-01-02")
@@ -93,6 +114,12 @@ def test_declared_layers_materialize_after_their_table_with_metadata_and_checks(
     gold = metadata_of(second, "orders_by_status")
     assert gold["committed"] and gold["groups_recomputed"] >= 1
     assert all(checks_of(second, name) and all(checks_of(second, name).values()) for name in LAYERS)
+    streamed = metadata_of(second, STREAMED)
+    # Every row the silver run merged (order 2 inserted, order 1 rewritten as it was: its
+    # file held a changed row) reached the stream through the silver's change data feed.
+    assert streamed["rows_out"] == silver["rows_merged"] == 2
+    assert streamed["dagster/row_count"] == 2
+    assert all(checks_of(second, STREAMED).values())
 
 
 def test_a_streaming_layer_reports_its_run_and_its_check_fails_naming_the_late_rows(

@@ -199,6 +199,11 @@ def test_a_streaming_layer_loads_with_its_watermark_and_batch_stays_the_default(
     # After a table read from a Delta source, or a layer: the upstream's Delta table.
     assert streamed_project({**STREAMED, "from": "orders"}).layers[0].streaming
     assert streamed_project(SILVER, {**STREAMED, "from": "orders_silver"}).layers[1].streaming
+    # A row layer streams its upstream's Delta table (a folder table's too).
+    assert streamed_project({**SILVER, "run": "streaming"}).layers[0].streaming
+    over_files = {**SILVER, "from": "invoices", "select": "SELECT * FROM invoices"}
+    over_files |= {"keys": ["InvoiceID"], "run": "streaming"}
+    assert streamed_project(over_files).layers[0].streaming
 
 
 # Over a layer (its change data feed), a max cannot be subtracted when a row goes.
@@ -224,7 +229,12 @@ NO_SCHEMA = {**INVOICES, "source": {**INVOICES["source"], "format": "parquet", "
         ),
         ({**STREAMED, "run": "batch"}, INVOICES, "window.watermark", "set run: streaming"),
         ({**STREAMED, "run": "stream"}, INVOICES, "run", "'batch' or 'streaming'"),
-        ({**SILVER, "run": "streaming"}, INVOICES, "run", "a row layer runs in batch only"),
+        (
+            {**SILVER, "run": "streaming", "newest": {"by": ["amount"]}},
+            INVOICES,
+            "newest",
+            "runs in batch only",
+        ),
         ({**STREAMED}, NO_SCHEMA, "run", "give that table's source.schema"),
     ],
 )

@@ -8,7 +8,9 @@
   upstream version in the same Delta commit (exactly once);
 - ``row_layer`` and ``aggregate_layer``: the two kinds; ``run.refresh_layer`` picks one;
 - ``streaming_layer``: an aggregate layer declared ``run: streaming``, a Structured
-  Streaming query over its upstream table's folder of files (``stream_layer``);
+  Streaming query over its upstream table's folder of files or Delta table
+  (``stream_layer``); ``streaming_rows``: a row layer declared so, over its upstream's
+  Delta table;
 - ``checks``: a row layer's count against its SELECT over the upstream, and a sample of
   an aggregate layer's groups against a from-scratch aggregation.
 

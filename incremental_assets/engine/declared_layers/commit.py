@@ -60,8 +60,24 @@ def write_layer(
     ``newer`` (SQL over ``s`` and ``t``): an upsert replaces the layer's row of its key
     only where it holds (or where the upsert's ``REPLACES`` column is true);
     ``schema_evolution``: columns ``upserts`` has and the layer lacks are added."""
+    commit = covering(inputs.target, inputs.upstream, until, extra)
+    return write_rows(
+        spark, inputs, upserts, gone, commit, newer=newer, schema_evolution=schema_evolution
+    )
+
+
+def write_rows(
+    spark: SparkSession,
+    inputs: LayerInputs,
+    upserts: DataFrame,
+    gone: DataFrame | None,
+    commit: dict,
+    newer: str | None = None,
+    schema_evolution: bool = False,
+) -> Written:
+    """:func:`write_layer`'s commit, as the idempotent write ``commit`` names (its
+    ``app_id``, ``version`` and ``metadata``)."""
     target, keys = inputs.target, inputs.layer.keys_of_layer
-    commit = covering(target, inputs.upstream, until, extra)
     columns = [c for c in upserts.columns if c != REPLACES]
     if not target.exists():
         rows = upserts.count()

@@ -46,7 +46,7 @@ def refresh_row_layer(spark: SparkSession, inputs: LayerInputs) -> LayerResult:
         if rows_in == 0 and not changes.first and not emptied and changes.before.isEmpty():
             # Versions that changed no row (compaction, properties): nothing to write.
             return LayerResult(since, since, changes_from=changes.found_by)
-        _check_keys(layer, rows)
+        check_keys(layer, rows)
         upserts, replaced = versions.replaced_rows(spark, inputs, rows, emptied, since)
         gone = _keys_gone(spark, inputs, changes, replaced)
         newer = versions.newer(layer.newest.by) if layer.newest else None
@@ -130,7 +130,7 @@ def _check_key_columns(layer: RowLayerSpec, rows: DataFrame) -> None:
         )
 
 
-def _check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
+def check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
     keys = [F.col(quote(k)) for k in layer.keys]
     twice = rows.groupBy(*keys).count().filter("count > 1").limit(3).collect()
     if twice:

@@ -37,7 +37,7 @@ SIGN = "_ia_sign"
 CHANGE_FEED = "change data feed"
 APPENDS = "appended rows"
 # The change data feed's own columns.
-_FEED = ("_change_type", "_commit_version", "_commit_timestamp")
+FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 @dataclass(frozen=True)
@@ -101,17 +101,27 @@ def read_folder(
     return rows.transform(to_utc_instants(source.timezone))
 
 
-def read_table(spark: SparkSession, inputs: LayerInputs) -> StreamedRows:
-    """The upstream's Delta table as a stream: its change data feed, signed, where it
-    records one, else its appended rows."""
-    layer, upstream = inputs.layer, inputs.upstream
-    assert isinstance(layer, AggregateLayerSpec)
+def table_stream(spark: SparkSession, inputs: LayerInputs) -> StreamedRows:
+    """The upstream's Delta table as a stream: its change data feed where it records one
+    (``signed``; the feed's own columns kept, no :data:`SIGN`), else its appended rows."""
+    upstream = inputs.upstream
     inputs.require_upstream()
     feed = change_feed_enabled(upstream.open().metadata().configuration)
     query = {"source.table": str(upstream.path), "source.read": CHANGE_FEED if feed else APPENDS}
     reader = spark.readStream.format("delta")
-    if not feed:
-        return StreamedRows(reader.load(upstream.spark_path), query)
+    if feed:
+        reader = reader.option("readChangeFeed", "true")
+    return StreamedRows(reader.load(upstream.spark_path), query, signed=feed)
+
+
+def read_table(spark: SparkSession, inputs: LayerInputs) -> StreamedRows:
+    """The upstream's Delta table as a stream: its change data feed, signed, where it
+    records one, else its appended rows."""
+    layer = inputs.layer
+    assert isinstance(layer, AggregateLayerSpec)
+    stream = table_stream(spark, inputs)
+    if not stream.signed:
+        return stream
     kept = [a.name for a in layer.aggregates if a.function not in RETRACTABLE]
     if kept:
         raise LayerError(
@@ -122,10 +132,9 @@ def read_table(spark: SparkSession, inputs: LayerInputs) -> StreamedRows:
             "only sum and count can be subtracted",
             "use sum and count, or set run: batch",
         )
-    changes = reader.option("readChangeFeed", "true").load(upstream.spark_path)
     gone = F.col("_change_type").isin("update_preimage", "delete")
-    signed = changes.withColumn(SIGN, F.when(gone, F.lit(-1)).otherwise(F.lit(1)))
-    return StreamedRows(signed.drop(*_FEED), query, signed=True)
+    signed = stream.rows.withColumn(SIGN, F.when(gone, F.lit(-1)).otherwise(F.lit(1)))
+    return StreamedRows(signed.drop(*FEED_COLUMNS), stream.query, signed=True)
 
 
 def _first_line(exc: Exception) -> str:

@@ -34,6 +34,7 @@ from incremental_assets.engine.declared_layers.aggregate_layer import check_colu
 from incremental_assets.engine.declared_layers.commit import NEW_TABLE_OPTIONS
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.declared_layers.stream_sources import SIGN, streamed_rows
+from incremental_assets.engine.declared_layers.streaming_rows import stream_row_layer
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.streaming.batches import HELD, merge_batches
 from incremental_assets.engine.streaming.checkpoint import (
@@ -50,6 +51,7 @@ from incremental_assets.specs.layers import (
     WINDOW_START,
     AggregateLayerSpec,
     AggregateSpec,
+    RowLayerSpec,
 )
 
 _WINDOW = "_ia_window"
@@ -57,10 +59,13 @@ _WINDOW = "_ia_window"
 
 def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     """Run the layer's streaming query once over what its source holds and the checkpoint
-    has not seen (engine/declared_layers/stream_sources.py). Refused, with nothing
+    has not seen (engine/declared_layers/stream_sources.py; a row layer's:
+    engine/declared_layers/streaming_rows.py). Refused, with nothing
     written, when the checkpoint no longer matches the declaration or the layer's table
     (:class:`StreamCheckpointError`)."""
     layer, target = inputs.layer, inputs.target
+    if isinstance(layer, RowLayerSpec):
+        return stream_row_layer(spark, inputs)
     assert isinstance(layer, AggregateLayerSpec) and layer.streaming
     location = checkpoint_location(target)
     checkpoint = read_checkpoint(spark, location, target)

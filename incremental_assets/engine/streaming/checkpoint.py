@@ -32,7 +32,7 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import StreamCheckpointError
 from incremental_assets.engine.landing_folder import spark_path
 from incremental_assets.specs.durations import format_duration
-from incremental_assets.specs.layers import AggregateLayerSpec
+from incremental_assets.specs.layers import AggregateLayerSpec, LayerSpec, RowLayerSpec
 from incremental_assets.specs.locations import checkpoint_folder
 from incremental_assets.specs.models import SourceSpec
 
@@ -53,12 +53,14 @@ def checkpoint_location(target: DeltaTarget) -> str:
     return checkpoint_folder(target.spark_path)
 
 
-def declared_query(layer: AggregateLayerSpec, source: Mapping[str, str]) -> dict[str, str]:
+def declared_query(layer: LayerSpec, source: Mapping[str, str]) -> dict[str, str]:
     """What the checkpoint's state and offsets depend on, as text: the ``source`` (the
     entries ``source.*`` that say what the stream reads and how, from
-    engine/declared_layers/stream_sources.py) and the aggregation. A change to any of
-    them needs a reset."""
-    assert layer.window is not None
+    engine/declared_layers/stream_sources.py) and the aggregation, or a row layer's select
+    and keys (the rows it merged came from them). A change to any of them needs a reset."""
+    if isinstance(layer, RowLayerSpec):
+        return {**source, "select": layer.select.strip(), "keys": ", ".join(layer.keys)}
+    assert isinstance(layer, AggregateLayerSpec) and layer.window is not None
     return {
         **source,
         "group_by": ", ".join(layer.group_by),
@@ -141,7 +143,7 @@ def last_stream_commit(target: DeltaTarget) -> dict[str, Any] | None:
 
 
 def check_matches(
-    layer: AggregateLayerSpec,
+    layer: LayerSpec,
     target: DeltaTarget,
     location: str,
     checkpoint: CheckpointState,

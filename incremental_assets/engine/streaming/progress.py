@@ -24,7 +24,9 @@ class StreamResult:
     lower bound otherwise); ``offsets_from``/``offsets_to``: the source's offsets the run
     covered (JSON, as Spark reports them); ``checkpoint``: where the query keeps its state;
     ``version``: the layer's Delta version after the run (None: no table yet);
-    ``committed``: whether the run added a commit to the layer."""
+    ``committed``: whether the run added a commit to the layer; ``upstream_version``: the
+    upstream Delta version a row layer's query has read up to (None: an aggregate's). A
+    row layer's ``rows_out`` counts the rows its commits inserted, updated and deleted."""
 
     checkpoint: str
     query_id: str | None = None
@@ -37,6 +39,7 @@ class StreamResult:
     offsets_to: str | None = None
     version: int | None = None
     committed: bool = False
+    upstream_version: int | None = None
 
 
 def summarize(
