@@ -93,7 +93,8 @@ def _check_specs(layer: LayerSpec) -> list[dg.AssetCheckSpec]:
 def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
     what = "rows of its select" if layer.kind == "row" else "aggregates per group"
     how = (
-        f"run as a Structured Streaming query over what {layer.upstream} added since its last run"
+        f"run as a Structured Streaming query over what {layer.upstream} added (or, with "
+        "its change data feed, changed) since its last run"
         if layer.streaming
         else f"refreshed from what {layer.upstream} changed since the version it last covered"
     )
