@@ -100,6 +100,22 @@ def test_the_archive_follows_the_class_path(archives, monkeypatch):
     assert class_archive.archive_path(CONF, java, 17) != class_archive.archive_path(CONF, java, 21)
 
 
+def test_the_archive_follows_where_sparks_jars_are(archives, monkeypatch, tmp_path):
+    """Two virtual environments with the same Spark: the class path differs by its
+    folder, and a JVM refuses an archive recorded with another."""
+    import pyspark.find_spark_home as spark_home
+
+    java = class_archive._java()
+    here = class_archive.archive_path(CONF, java, 17)
+    copy = tmp_path / "other-venv" / "pyspark"
+    (copy / "jars").mkdir(parents=True)
+    for jar in (Path(spark_home._find_spark_home()) / "jars").iterdir():
+        (copy / "jars" / jar.name).touch()
+        os.truncate(copy / "jars" / jar.name, jar.stat().st_size)  # same size, no data
+    monkeypatch.setattr(spark_home, "_find_spark_home", lambda: str(copy))
+    assert class_archive.archive_path(CONF, java, 17) != here
+
+
 START = """
 import sys
 from incremental_assets.engine.spark_session import local_session

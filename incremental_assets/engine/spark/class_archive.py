@@ -77,12 +77,16 @@ def _java() -> str | None:
 
 
 def _spark_jars() -> list[str]:
+    """Spark's jars folder and its jars (name and size): an archive records the class
+    path by absolute path, so two installations of the same Spark (two virtual
+    environments) need one each, or the second's JVM refuses the first's at every start."""
     from pyspark.find_spark_home import _find_spark_home
 
     jars_dir = Path(_find_spark_home()) / "jars"
     if not jars_dir.is_dir():
         return []
-    return sorted(f"{p.name}:{p.stat().st_size}" for p in jars_dir.iterdir())
+    listed = sorted(f"{p.name}:{p.stat().st_size}" for p in jars_dir.iterdir())
+    return [os.path.realpath(jars_dir), *listed]
 
 
 def archive_path(conf: Mapping[str, str], java: str, version: int) -> Path:
