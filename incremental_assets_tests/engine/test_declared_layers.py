@@ -191,6 +191,22 @@ def test_row_layer_follows_inserts_updates_and_deletes_and_equals_its_select_eac
     again = refresh_layer(spark, inputs)  # nothing new upstream: nothing committed
     assert (again.committed, inputs.target.open().version()) == (False, version)
 
+    # A change the select does not see (a column it does not read): the layer's row stays
+    # as it was, and its change data feed holds no update for the layers after it.
+    warehouse.sql(
+        "UPDATE {orders} SET updated_at = updated_at + INTERVAL 1 MINUTE WHERE order_id = 1"
+    )
+    unseen = refresh_layer(spark, inputs)
+    assert (unseen.committed, unseen.rows_in, unseen.rows_updated) == (True, 1, 0)
+    path = warehouse.project.layer_path(warehouse.project.layer("orders_silver"))
+    feed_rows = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version + 1)
+        .load(path)
+    )
+    assert feed_rows.count() == 0
+
     warehouse.sql(
         "INSERT INTO {orders} VALUES (3, 12, 'placed', 9.0, TIMESTAMP'2026-01-01 05:10:00')"
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from incremental_assets.engine.declared_layers.changes import having_keys
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
@@ -97,6 +98,11 @@ def write_rows(
         dropped = dropped.withColumn(DROPS, F.lit(True))
         source = source.unionByName(dropped, allowMissingColumns=True)
     updates = f"NOT s.{DROPS}"
+    differs = _differs(upserts, target.open().schema().fields, keys)
+    if differs is not None:
+        # A row equal to the layer's is left alone: no new version of it, and no
+        # update in the layer's change data feed for the layers after it to re-read.
+        updates = f"{updates} AND ({differs})"
     if newer is not None:
         forced = f"s.{REPLACES}" if REPLACES in upserts.columns else "FALSE"
         updates = f"{updates} AND ({forced} OR {newer})"
@@ -121,6 +127,37 @@ def write_rows(
         counts.get("num_deleted_rows", 0),
         target.open().version(),
     )
+
+
+def _differs(upserts: DataFrame, held: Sequence, keys: Sequence[str]) -> str | None:
+    """SQL over ``s`` and ``t`` true where the upsert ``s`` changes the layer's row ``t``
+    of its key (a column the layer gains counts where the upsert gives it a value); None
+    when a column's type cannot be compared (a map), so every matched upsert updates."""
+    skipped = {k.lower() for k in keys} | {DROPS.lower(), REPLACES.lower()}
+    present = {f.name.lower() for f in held}
+    parts = []
+    for field in upserts.schema.fields:
+        if field.name.lower() in skipped:
+            continue
+        name = quote(field.name)
+        if field.name.lower() not in present:
+            parts.append(f"s.{name} IS NOT NULL")
+        elif not _comparable(field.dataType):
+            return None
+        else:
+            parts.append(f"NOT (t.{name} <=> s.{name})")
+    return " OR ".join(parts) if parts else "FALSE"
+
+
+def _comparable(kind: DataType) -> bool:
+    """Whether Spark's ``<=>`` takes values of ``kind`` (not a map, nor holds one)."""
+    if isinstance(kind, MapType):
+        return False
+    if isinstance(kind, StructType):
+        return all(_comparable(f.dataType) for f in kind.fields)
+    if isinstance(kind, ArrayType):
+        return _comparable(kind.elementType)
+    return True
 
 
 def _without(rows: DataFrame, other: DataFrame, keys: Sequence[str]) -> DataFrame:
