@@ -35,7 +35,6 @@ from incremental_assets.engine.declared_layers.commit import NEW_TABLE_OPTIONS
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.declared_layers.stream_sources import SIGN, streamed_rows
 from incremental_assets.engine.declared_layers.streaming_rows import stream_row_layer
-from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.streaming.batches import HELD, merge_batches
 from incremental_assets.engine.streaming.checkpoint import (
     check_matches,
@@ -75,7 +74,7 @@ def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     check_columns(layer, source.rows)
     groups = windowed_aggregates(layer, source.rows, signed=source.signed)
     text = json.dumps(declared, sort_keys=True)
-    before = _version(target)
+    before = target.current_version()
     write = merge_batches(
         layer.name,
         target.spark_path,
@@ -88,7 +87,7 @@ def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
         new_table=NEW_TABLE_OPTIONS,
     )
     query_id, reports = run_available_now(layer.name, groups, write, location)
-    after = _version(target)
+    after = target.current_version()
     return summarize(location, query_id, reports, after, committed=after != before)
 
 
@@ -133,7 +132,3 @@ def signed_measure(spec: AggregateSpec, sign: Column) -> Column:
         return F.sum(F.when(column.isNotNull(), sign).otherwise(F.lit(0)))
     assert spec.function == "sum", spec.function
     return F.sum(F.when(sign < 0, -column).otherwise(column))
-
-
-def _version(target: DeltaTarget) -> int | None:
-    return target.open().version() if target.exists() else None

@@ -82,12 +82,12 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     # the layer rather than surfacing from inside a batch.
     upstream_version = inputs.upstream.open().version()
     layer_rows(spark, inputs, inputs.upstream.to_spark(spark, version=upstream_version).limit(0))
-    before = _version(target)
+    before = target.current_version()
     write = merge_row_batches(
         inputs, location, json.dumps(declared, sort_keys=True), changes=source.signed
     )
     query_id, reports = run_available_now(layer.name, source.rows, write, location)
-    after = _version(target)
+    after = target.current_version()
     result = summarize(location, query_id, reports, after, committed=after != before)
     return replace(
         result,
@@ -201,7 +201,3 @@ def rows_written(target: DeltaTarget, before: int | None, after: int | None) -> 
             names = ("numOutputRows",)
         total += sum(int(metrics.get(n, 0) or 0) for n in names)
     return total
-
-
-def _version(target: DeltaTarget) -> int | None:
-    return target.open().version() if target.exists() else None

@@ -149,6 +149,10 @@ class DeltaTarget:
     def exists(self) -> bool:
         return DeltaTable.is_deltatable(self.path, storage_options=self.storage_options or None)
 
+    def current_version(self) -> int | None:
+        """The table's latest version; None when there is no table yet."""
+        return self.open().version() if self.exists() else None
+
     def beside(self, suffix: str) -> DeltaTarget:
         """The sibling Delta table ``<target>__<suffix>``, with the same storage options (a
         path beside a catalog table's location too; see ``engine.delta_lake.catalog``)."""
