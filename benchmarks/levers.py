@@ -9,6 +9,8 @@ Variants (``--variants``, default all):
 - ``dv``: the target with deletion vectors (the documented migration), one pass: the
   MERGE reads the staged rows and its clauses alone decide;
 - ``dv: two passes``: deletion vectors, but the two-pass commit (what one pass buys);
+- ``plain: two passes``: no deletion vectors and the two-pass commit whatever the clauses
+  (what the one pass of an insert-only merge, ``append``, buys over ``plain``);
 - ``dv: optimized writes``: ``spark.databricks.delta.optimizeWrite.enabled``;
 - ``plain: 8 files``, ``dv: 8 files``: the copy rewritten in key order into 8 files, as
   the first write made them before it bounded its files (``ROWS_PER_FILE``, 1M rows);
@@ -47,6 +49,7 @@ VARIANTS = {
     "plain": {"dv": False},
     "dv": {"dv": True},
     "dv: two passes": {"dv": True, "two_pass": True},
+    "plain: two passes": {"dv": False, "two_pass": True},
     "dv: optimized writes": {
         "dv": True,
         "conf": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
@@ -70,7 +73,7 @@ class TwoPassTarget(DeltaTarget):
     """The commit as on a table without deletion vectors, whatever the table: the staged
     rows that act, joined with the target and written beside the increment, then merged."""
 
-    def merges_in_one_pass(self, state) -> bool:
+    def merges_in_one_pass(self, state, plan) -> bool:
         return False
 
 

@@ -86,6 +86,13 @@ class MergePlan:
         """Change sets hold delete rows: even a first load must go through the merge."""
         return bool(self.staged_only_columns)
 
+    @property
+    def inserts_only(self) -> bool:
+        """Every clause inserts (``append``, landing into bronze): Delta runs such a MERGE
+        as an anti join and an append, rewriting no file of the target, so a staged row
+        that acts on nothing writes nothing."""
+        return all(c.action == "insert" for c in self.clauses)
+
     def acting_rows(self, staged: DataFrame, current: DataFrame) -> DataFrame:
         """The staged rows a merge would act on, given the target's ``current`` rows (at
         least those that may match): the others (older or identical re-reads) are left

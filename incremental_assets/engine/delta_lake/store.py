@@ -457,9 +457,10 @@ class DeltaTarget:
         if staged_rows == 0:
             return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys, at_most=staged_rows)
-        if self.merges_in_one_pass(state):
-            # One pass: with deletion vectors a clause whose condition fails writes nothing,
-            # so the MERGE reads the staged rows and its clauses alone decide what changes.
+        if self.merges_in_one_pass(state, plan):
+            # One pass: with deletion vectors, or when every clause inserts, a clause whose
+            # condition fails writes nothing, so the MERGE reads the staged rows and its
+            # clauses alone decide what changes.
             source, acted = staged, {}
             moves = cursor_after is not None and cursor_after != cursor_before
             if not moves and self._acting_rows(spark, staged, plan, holding).isEmpty():
@@ -495,10 +496,11 @@ class DeltaTarget:
             return replace(result, acted={**(staged_counts or {}), "rows": staged_rows})
         return result
 
-    def merges_in_one_pass(self, state: TargetState) -> bool:
-        """Whether the MERGE reads the staged rows themselves (the table takes deletion
-        vectors) rather than only those that act."""
-        return delta_io.writes_deletion_vectors(state.table)
+    def merges_in_one_pass(self, state: TargetState, plan: MergePlan) -> bool:
+        """Whether the MERGE reads the staged rows themselves rather than only those that
+        act: the table takes deletion vectors, or the plan only inserts (its MERGE appends
+        new files and rewrites none)."""
+        return plan.inserts_only or delta_io.writes_deletion_vectors(state.table)
 
     def _acting_rows(
         self,

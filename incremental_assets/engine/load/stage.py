@@ -150,12 +150,12 @@ def rows_by_partition(
     taken as they were staged say it; otherwise Spark counts them (on the warehouse) by
     key.
 
-    A merge into a table without deletion vectors staged its acting rows apart: they are
-    counted. With deletion vectors the merge read the staged rows in one pass; when its
-    own counts say every staged row acted (the usual increment), the staged rows are the
-    acting rows (``CommitResult.acted`` holds their staged counts); only a run that also
-    re-read rows which changed nothing finds its acting rows again, against the version
-    before its commit."""
+    A merge in two passes (a table without deletion vectors, clauses that update or
+    delete) staged its acting rows apart: they are counted. Otherwise the merge read the
+    staged rows in one pass; when its own counts say every staged row acted (the usual
+    increment), the staged rows are the acting rows (``CommitResult.acted`` holds their
+    staged counts); only a run that also re-read rows which changed nothing finds its
+    acting rows again, against the version before its commit."""
     spec = strategy.spec
     staged_path = extracted.staged_path
     if committed.created_table:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -312,6 +313,33 @@ def test_append_strategy_inserts_new_keys_and_ignores_existing_ones(spark, tmp_p
     result = load(spark, spec, target, 1)
 
     assert (result.rows_inserted, result.rows_updated) == (1, 0)
+    assert [r[:2] for r in target_rows(target)] == [(1, "first"), (2, "first"), (3, "first")]
+
+
+@pytest.mark.parametrize("strategy", ["append", "upsert"])
+def test_only_a_merge_that_updates_stages_its_acting_rows_first(spark, tmp_path, strategy):
+    # An insert-only MERGE (append) appends new files and rewrites none, so it reads the
+    # staged rows in one pass; an upsert into a table without deletion vectors first
+    # stages the rows that act beside the increment (Delta would rewrite every file a
+    # re-read, unchanged row falls in). Both leave the same table and counts.
+    folder = ParquetFolder(tmp_path / "events")
+    spec = make_spec(str(folder.path), source={"format": "parquet"}, strategy=strategy)
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    folder.drop(order_rows([(1, "first", 1.0, at(1, 1)), (2, "first", 1.0, at(1, 2))]))
+    load(spark, spec, target, 1)
+    folder.drop(order_rows([(2, "first", 1.0, at(1, 2)), (3, "first", 1.0, at(1, 4))]))
+    staging_root = Path(target.path + "__staging")
+    staged_apart = []
+
+    def look(phase: str) -> None:
+        if phase == "committed":
+            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+
+    result = load(spark, spec, target, 1, hook=look)
+
+    assert bool(staged_apart) == (strategy == "upsert")
+    assert (result.rows_inserted, result.rows_updated, result.rows_unchanged) == (1, 0, 1)
+    assert result.rows_by_partition == {"2026-01-01": 1}
     assert [r[:2] for r in target_rows(target)] == [(1, "first"), (2, "first"), (3, "first")]
 
 
