@@ -41,9 +41,9 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from incremental_assets.demo.invoice_csv import InvoiceCsvFeed
+from incremental_assets.engine.spark.local_rows import local_rows
 from incremental_assets.engine.transforms import quote
 
 UTC = timezone.utc
@@ -190,7 +190,7 @@ class DeltaOrders:
 
     def write_orders(self, inserts: list[dict], updates: list[dict]) -> None:
         spark = self.spark()
-        rows = spark.createDataFrame(inserts, from_arrow_schema(ORDERS_SCHEMA))
+        rows = local_rows(spark, inserts, ORDERS_SCHEMA)
         # Delta's SQL, not the DeltaTable API: it runs through Spark Connect too.
         table = f"delta.{quote(self.path)}"
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in rows.schema)
@@ -202,9 +202,7 @@ class DeltaOrders:
         if updates:
             columns = ("order_id", "status", "updated_at")
             schema = pa.schema([ORDERS_SCHEMA.field(c) for c in columns])
-            changes = spark.createDataFrame(
-                [{c: r[c] for c in columns} for r in updates], from_arrow_schema(schema)
-            )
+            changes = local_rows(spark, [{c: r[c] for c in columns} for r in updates], schema)
             view = f"demo_order_updates_{uuid.uuid4().hex}"
             changes.createOrReplaceTempView(view)
             try:

@@ -62,6 +62,7 @@ from incremental_assets.engine.landing_schema import Opener, csv_header, read_sc
 from incremental_assets.engine.load.result import LoadResult
 from incremental_assets.engine.sources import source_class
 from incremental_assets.engine.sources.identity import check_unchanged
+from incremental_assets.engine.spark.local_rows import local_rows
 from incremental_assets.engine.strategies.append import append_plan
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.windows import LoadRequest
@@ -77,6 +78,8 @@ from incremental_assets.specs.landing import (
 )
 
 CORRUPT = "_ia_corrupt_record"
+# The files a landing run loads: the path Spark read, the listed path, the version.
+_CHOSEN = pa.schema([("_f_path", pa.string()), ("_p", pa.string()), ("_v", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ class FileIndex(SideTable):
             return
         now = datetime.now(timezone.utc)
         table = pa.Table.from_pylist([{**r, "recorded_at": now} for r in rows], self.SCHEMA)
-        entries = spark.createDataFrame(table.to_pylist(), from_arrow_schema(self.SCHEMA))
+        entries = spark.createDataFrame(table, from_arrow_schema(self.SCHEMA))
         self.insert_missing(entries, ["path", "version"])
 
 
@@ -507,9 +510,11 @@ def _stage_increment(
     uris = raw.select("_f_path").distinct().collect()
     by_local = {_local_path(r["_f_path"]): r["_f_path"] for r in uris}
     names = [
-        (by_local[local[f.path]], f.path, f.version) for f in files if local[f.path] in by_local
-    ] or [("", "", "")]
-    chosen = spark.createDataFrame(names, "_f_path STRING, _p STRING, _v STRING")
+        {"_f_path": by_local[local[f.path]], "_p": f.path, "_v": f.version}
+        for f in files
+        if local[f.path] in by_local
+    ] or [{"_f_path": "", "_p": "", "_v": ""}]
+    chosen = local_rows(spark, names, _CHOSEN)
     data = [c for c in raw.columns if not c.startswith("_f_") and c not in (CORRUPT, FILE_ROW)]
     # Microseconds, not a datetime literal: PySpark reads naive datetimes in local time.
     stamp = F.timestamp_micros(F.lit(int(ingested_at.timestamp() * 1_000_000)))

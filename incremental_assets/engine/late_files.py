@@ -36,11 +36,11 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from incremental_assets.engine.delta_lake.store import DeltaTarget, SideTable, TargetState
 from incremental_assets.engine.sources import open_source
 from incremental_assets.engine.sources.base import Source, SourceFile
+from incremental_assets.engine.spark.local_rows import local_rows
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.windows import Window
@@ -101,7 +101,7 @@ class SourceFiles(SideTable):
         # An append, not a merge (a Spark job or two fewer per run): a run caches only
         # what the commits since the cache's newest recorded, so nothing is cached twice,
         # and an entry that were would change nothing (the cache is read as a set).
-        self.append_rows(spark.createDataFrame(rows, from_arrow_schema(self.SCHEMA)))
+        self.append_rows(local_rows(spark, rows, self.SCHEMA))
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,12 @@ def root_of(table: str, target_path: str, staging_dir: str | None = None) -> str
 def clear(spark: SparkSession, root: str) -> None:
     """Empty ``root`` through Spark: an overwrite with no rows replaces whatever it held
     (run folders of earlier runs, killed or not) with one empty file. Hadoop's committer
-    marker is not written, so that empty file is all that stays."""
+    marker is not written, so that empty file is all that stays. The empty rows are made in
+    the JVM (``range(0)``): rows from a Python list would start a Python worker, 0.3-0.4 s
+    of the 0.4-0.5 s this took per run."""
     (
-        spark.createDataFrame([], "value string")
-        .coalesce(1)
+        spark.range(0)
+        .select(F.lit("").alias("value"))
         .write.mode("overwrite")
         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .text(root)

@@ -20,6 +20,7 @@ import json
 from collections.abc import Sequence
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -29,11 +30,13 @@ from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import LayerError
 from incremental_assets.engine.layers import rewritten_files
+from incremental_assets.engine.spark.local_rows import local_rows
 from incremental_assets.engine.transforms import quote
 from incremental_assets.specs.landing import SOURCE_FILE
 from incremental_assets.specs.layers import NewestSpec, RowLayerSpec
 
 _VERSION = "_ia_group_version"
+_FILES = pa.schema([("f", pa.string())])
 
 
 def newest_spec(inputs: LayerInputs) -> NewestSpec | None:
@@ -133,7 +136,7 @@ def replaced_rows(
         groups = groups.filter(_col(first).isin(sorted(files)))
     touched = groups.select(_col(first))
     if emptied and first.lower() == SOURCE_FILE.lower():
-        files = spark.createDataFrame([(f,) for f in sorted(emptied)], "f STRING")
+        files = local_rows(spark, [{"f": f} for f in sorted(emptied)], _FILES)
         touched = touched.unionByName(files.select(F.col("f").alias(first)))
     held = inputs.target.to_spark(spark, holding=delta_io.touched_keys(touched, [first]))
     older = _older_than_version(held, groups, newest)

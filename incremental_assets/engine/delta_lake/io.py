@@ -24,6 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DateType, IntegralType, StringType, StructField, StructType
 
 from incremental_assets.engine.predicates import Part
+from incremental_assets.engine.spark.local_rows import no_rows
 from incremental_assets.engine.transforms import quote
 
 # Delta statistics hold timestamps truncated to milliseconds: widen them so pruning never
@@ -172,7 +173,7 @@ def read_files(
     if files is None:
         files = live_files(table).to_pylist()
     if not files:
-        return spark.createDataFrame([], schema)
+        return no_rows(spark, schema)
     root = spark_uri(table_root(table))
     paths = [f"{root}/{unquote(row['path'])}" for row in files]
     if not partition_columns:
