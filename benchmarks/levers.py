@@ -11,6 +11,8 @@ Variants (``--variants``, default all):
 - ``dv: two passes``: deletion vectors, but the two-pass commit (what one pass buys);
 - ``plain: two passes``: no deletion vectors and the two-pass commit whatever the clauses
   (what the one pass of an insert-only merge, ``append``, buys over ``plain``);
+- ``plain: one pass``: no deletion vectors and the one-pass commit whatever the clauses
+  (what the acting-rows pass costs an upsert whose staged rows all act);
 - ``dv: optimized writes``: ``spark.databricks.delta.optimizeWrite.enabled``;
 - ``plain: 8 files``, ``dv: 8 files``: the copy rewritten in key order into 8 files, as
   the first write made them before it bounded its files (``ROWS_PER_FILE``, 1M rows);
@@ -50,6 +52,7 @@ VARIANTS = {
     "dv": {"dv": True},
     "dv: two passes": {"dv": True, "two_pass": True},
     "plain: two passes": {"dv": False, "two_pass": True},
+    "plain: one pass": {"dv": False, "one_pass": True},
     "dv: optimized writes": {
         "dv": True,
         "conf": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
@@ -69,11 +72,20 @@ VARIANTS = {
 }
 
 
+class OnePassTarget(DeltaTarget):
+    """The one-pass commit on any table: the MERGE reads the staged rows and its clauses
+    alone decide (without deletion vectors, a matched row that does not act still has its
+    file rewritten)."""
+
+    def merges_in_one_pass(self, state, plan, above_cursor=False) -> bool:
+        return True
+
+
 class TwoPassTarget(DeltaTarget):
     """The commit as on a table without deletion vectors, whatever the table: the staged
     rows that act, joined with the target and written beside the increment, then merged."""
 
-    def merges_in_one_pass(self, state, plan) -> bool:
+    def merges_in_one_pass(self, state, plan, above_cursor=False) -> bool:
         return False
 
 
@@ -178,7 +190,13 @@ def measure_case(bench: Bench, case, rows: int, variants: list[str], args) -> li
                 copy_table(side, path + side.removeprefix(base))
             if settings["dv"]:
                 enable_deletion_vectors(spark, path)
-            kind = TwoPassTarget if settings.get("two_pass") else DeltaTarget
+            kind = (
+                TwoPassTarget
+                if settings.get("two_pass")
+                else OnePassTarget
+                if settings.get("one_pass")
+                else DeltaTarget
+            )
             target = kind(spec.name, path)
             conf = settings.get("conf", {})
             before = {k: spark.conf.get(k, None) for k in conf}

@@ -118,6 +118,17 @@ class Window:
         return self.lower is None or self.lower < self.upper
 
     @property
+    def above_cursor(self) -> bool:
+        """Every row the window reads, late files' rows aside (those are at or below the
+        cursor), has a watermark above the cursor: the incremental part alone (no backfill
+        part), from a cursor with no lookback."""
+        return (
+            self.mode == "incremental"
+            and self.cursor_before is not None
+            and self.lower == self.cursor_before
+        )
+
+    @property
     def is_empty(self) -> bool:
         return not self.reads_incremental and self.backfill_range is None and not self.late_files
 

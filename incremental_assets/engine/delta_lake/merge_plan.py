@@ -80,6 +80,10 @@ class MergePlan:
     # or ``UNMATCHED``): the clauses' conditions, as one SQL condition.
     acts: str = "TRUE"
     identity: tuple[str, ...] = ()
+    # A staged row newer than the target's row of its identity always acts (and one that
+    # matches none rewrites no file): a run whose rows are all newer than every row of
+    # the table merges them in one pass, whatever the table (``DeltaTarget.commit``).
+    newer_acts: bool = False
 
     @property
     def writes_by_merge_only(self) -> bool:
@@ -181,6 +185,7 @@ def merge_plan(
     tombstones: bool = False,
     identity: Sequence[str] | None = None,
     acts: str = "TRUE",
+    newer_acts: bool = False,
 ) -> MergePlan:
     """A plan matching target rows by ``identity`` (default: the keys), with the
     ``clauses`` given the condition under which a staged row is newer: the watermark
@@ -200,4 +205,5 @@ def merge_plan(
         tombstones=tombstones,
         acts=acts.format(newer=f"({newer})", matched=MATCHED, unmatched=UNMATCHED),
         identity=identity,
+        newer_acts=newer_acts,
     )

@@ -82,7 +82,15 @@ def commit(
         staged_counts=extracted.partition_keys,
         acting_counters=partition_counters(extracted.partition_key),
         deletion_vectors=spec.target.deletion_vectors,
+        above_cursor=_above_cursor(spec, window, extracted),
     )
+
+
+def _above_cursor(spec: TableSpec, window: Window, extracted: Extract) -> bool:
+    """Whether every staged row's watermark is above the cursor: a window above it with no
+    late file's row read. A hybrid watermark's rows above the cursor may tie the table's on
+    the timestamp (the merge orders by it, not the tiebreak): they are not surely newer."""
+    return window.above_cursor and not extracted.rows_late and spec.watermark.kind != "hybrid"
 
 
 def _record_beside_target(

@@ -63,6 +63,7 @@ class Cdc(Strategy):
             staged_only_columns=(changes.OP,),
             tombstones=deletes == "hard",
             acts=change_set_acts(deletes),
+            newer_acts=True,
         )
 
     def record_beside_target(

@@ -23,6 +23,7 @@ class Upsert(Strategy):
             self.spec.watermark.column,
             _newer_wins,
             acts="{unmatched} OR {newer}",
+            newer_acts=True,
         )
 
 

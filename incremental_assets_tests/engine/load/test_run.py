@@ -343,6 +343,36 @@ def test_only_a_merge_that_updates_stages_its_acting_rows_first(spark, tmp_path,
     assert [r[:2] for r in target_rows(target)] == [(1, "first"), (2, "first"), (3, "first")]
 
 
+@pytest.mark.parametrize("lookback", ["0s", "2h"])
+def test_a_run_above_the_cursor_merges_in_one_pass_and_one_that_rereads_in_two(
+    spark, orders_source, tmp_path, lookback
+):
+    # Without a lookback every row a plain run reads is newer than every row of the table,
+    # so each acts wherever it matches: the MERGE reads the staged rows in one pass. With
+    # one, the run re-reads rows it loaded before (unchanged: they must not make Delta
+    # rewrite their files), so only the acting rows are staged apart and merged.
+    spec = make_spec(orders_source.path, watermark={"lookback": lookback})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    orders_source.upsert([(1, "placed", 1.0, at(1, 1)), (2, "placed", 1.0, at(1, 2))])
+    load(spark, spec, target, 1)
+    orders_source.upsert([(2, "paid", 1.0, at(1, 3)), (3, "placed", 1.0, at(1, 4))])
+    staging_root = Path(target.path + "__staging")
+    staged_apart = []
+
+    def look(phase: str) -> None:
+        if phase == "committed":
+            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+
+    result = load(spark, spec, target, 1, hook=look)
+
+    assert bool(staged_apart) == (lookback != "0s")
+    assert (result.rows_inserted, result.rows_updated) == (1, 1)
+    assert result.rows_unchanged == (1 if lookback != "0s" else 0)
+    assert result.rows_by_partition == {"2026-01-01": 2}
+    assert [r[:2] for r in target_rows(target)] == [(1, "placed"), (2, "paid"), (3, "placed")]
+    assert differences(spark, spec, target) == (0, 0)
+
+
 @pytest.mark.parametrize("partition_by", [[], ["status"]])
 def test_target_readable_by_spark_with_and_without_delta_partitions(
     spark, orders_source, tmp_path, partition_by
