@@ -5,14 +5,17 @@ in turn (rounds interleaved, median reported), in one Spark session.
 Variants (``--variants``, default all):
 
 - ``plain``: a target without deletion vectors (the default): the rows that act, joined
-  with the target and written beside the increment, then merged (two passes);
+  with the target and written beside the increment, then merged (two passes), unless the
+  merge only inserts or the run's rows are all above the cursor (the benchmark's
+  increments are: no lookback), then one pass;
 - ``dv``: the target with deletion vectors (the documented migration), one pass: the
   MERGE reads the staged rows and its clauses alone decide;
 - ``dv: two passes``: deletion vectors, but the two-pass commit (what one pass buys);
 - ``plain: two passes``: no deletion vectors and the two-pass commit whatever the clauses
-  (what the one pass of an insert-only merge, ``append``, buys over ``plain``);
-- ``plain: one pass``: no deletion vectors and the one-pass commit whatever the clauses
-  (what the acting-rows pass costs an upsert whose staged rows all act);
+  (what ``plain``'s one pass buys: an insert-only merge, ``append``, or an upsert or CDC
+  run above the cursor);
+- ``plain: one pass``: no deletion vectors and the one-pass commit whatever the run (the
+  same as ``plain`` on the benchmark's increments; measured before ``plain`` took it);
 - ``dv: optimized writes``: ``spark.databricks.delta.optimizeWrite.enabled``;
 - ``plain: 8 files``, ``dv: 8 files``: the copy rewritten in key order into 8 files, as
   the first write made them before it bounded its files (``ROWS_PER_FILE``, 1M rows);
