@@ -76,6 +76,31 @@ def _file_admits(row: dict, part: Part) -> bool:
     return True
 
 
+def holds_above(table: DeltaTable | None, column: str, value: object) -> bool:
+    """Whether a row of ``table`` may hold ``column`` above ``value``, by its files' maximum
+    statistics (read from the log); True when a file has none, or one of another type.
+    Delta keeps timestamps' statistics to the millisecond: a timestamp is compared by its
+    millisecond, so a row above ``value`` within that same millisecond goes unseen (for
+    the one-pass merge that decides, a file rewritten unchanged, never a wrong row)."""
+    if table is None:
+        return True
+    actions = live_files(table)
+    if not actions.num_rows:
+        return False
+    name = f"max.{column}"
+    if name not in actions.column_names:
+        return True
+    if isinstance(value, datetime):
+        value = value.replace(microsecond=value.microsecond // 1000 * 1000)
+    for high in actions.column(name).to_pylist():
+        try:
+            if high is None or high > value:
+                return True
+        except TypeError:
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class KeySet:
     """The values of a table's first key column that a run touches: files whose statistics

@@ -90,8 +90,6 @@ class TargetState:
     # Delta version (None: loads of earlier releases, which recorded none).
     source_identity: str | None = None
     source_identity_version: int | None = None
-    # The cursor was set by a rewind: the table may hold rows above it.
-    cursor_rewound: bool = False
 
     @property
     def next_sequence(self) -> int:
@@ -218,7 +216,6 @@ class DeltaTarget:
             sequence=sequence,
             source_identity=source[0] if source else None,
             source_identity_version=source[1] if source else None,
-            cursor_rewound="rewind" in next((c for c in commits if "cursor_after" in c), {}),
         )
 
     def _cursor(
@@ -406,8 +403,10 @@ class DeltaTarget:
         """Land the staged increment and the new cursor in one Delta commit; a table
         created by it takes deletion vectors when ``deletion_vectors``.
 
-        ``above_cursor``: every staged row's watermark is above ``cursor_before``, which
-        no row of the table (its cursor set by a load) is (see ``merges_in_one_pass``).
+        ``above_cursor``: every staged row's watermark is above ``cursor_before``; when the
+        table's statistics show no row above it either (a rewind or a reset leaves rows
+        there), every staged row is newer than every row of the table
+        (``merges_in_one_pass``).
 
         ``staged_rows``: the increment's rows as its write counted them (counted by Spark
         when not given); ``staged_counts``: what else that write counted, by the aliases of
@@ -464,7 +463,13 @@ class DeltaTarget:
         if staged_rows == 0:
             return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys, at_most=staged_rows)
-        if self.merges_in_one_pass(state, plan, above_cursor):
+        newer = (
+            above_cursor
+            and plan.newer_acts
+            and cursor_before is not None
+            and not delta_io.holds_above(state.table, plan.watermark, cursor_before)
+        )
+        if self.merges_in_one_pass(state, plan, newer):
             # One pass: with deletion vectors, or when every clause inserts, a clause whose
             # condition fails writes nothing, and a staged row newer than every row of the
             # table acts wherever it matches, so the MERGE reads the staged rows and its
@@ -504,17 +509,13 @@ class DeltaTarget:
             return replace(result, acted={**(staged_counts or {}), "rows": staged_rows})
         return result
 
-    def merges_in_one_pass(
-        self, state: TargetState, plan: MergePlan, above_cursor: bool = False
-    ) -> bool:
+    def merges_in_one_pass(self, state: TargetState, plan: MergePlan, newer: bool = False) -> bool:
         """Whether the MERGE reads the staged rows themselves rather than only those that
         act: the table takes deletion vectors, or the plan only inserts (its MERGE appends
-        new files and rewrites none), or every staged row is newer than every row of the
-        table (``above_cursor``, a cursor a load set) and a newer row always acts (the
-        plan's ``newer_acts``): no matched row leaves its file rewritten unchanged."""
-        if plan.inserts_only or delta_io.writes_deletion_vectors(state.table):
-            return True
-        return above_cursor and plan.newer_acts and not state.cursor_rewound
+        new files and rewrites none), or (``newer``) every staged row is newer than every
+        row of the table and the plan's clauses act on every newer row: no matched row
+        leaves its file rewritten unchanged."""
+        return newer or plan.inserts_only or delta_io.writes_deletion_vectors(state.table)
 
     def _acting_rows(
         self,

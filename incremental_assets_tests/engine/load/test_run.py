@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake.store import app_id
+from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
 from incremental_assets_tests.builders import (
     ParquetFolder,
@@ -343,18 +344,26 @@ def test_only_a_merge_that_updates_stages_its_acting_rows_first(spark, tmp_path,
     assert [r[:2] for r in target_rows(target)] == [(1, "first"), (2, "first"), (3, "first")]
 
 
-@pytest.mark.parametrize("lookback", ["0s", "2h"])
+@pytest.mark.parametrize("case", ["no lookback", "lookback", "rewound"])
 def test_a_run_above_the_cursor_merges_in_one_pass_and_one_that_rereads_in_two(
-    spark, orders_source, tmp_path, lookback
+    spark, orders_source, tmp_path, case
 ):
-    # Without a lookback every row a plain run reads is newer than every row of the table,
-    # so each acts wherever it matches: the MERGE reads the staged rows in one pass. With
-    # one, the run re-reads rows it loaded before (unchanged: they must not make Delta
-    # rewrite their files), so only the acting rows are staged apart and merged.
+    # Without a lookback every row a plain run reads is above the cursor, and so newer than
+    # every row of the table: each acts wherever it matches, and the MERGE reads the
+    # staged rows in one pass. A run that re-reads rows it loaded before (unchanged: they
+    # must not make Delta rewrite their files) stages the acting rows apart and merges
+    # those: with a lookback, or after a rewind, which leaves rows above the cursor for
+    # more than the next run (here the second run after it).
+    lookback = "2h" if case == "lookback" else "0s"
     spec = make_spec(orders_source.path, watermark={"lookback": lookback})
     target = DeltaTarget("orders", str(tmp_path / "target"))
     orders_source.upsert([(1, "placed", 1.0, at(1, 1)), (2, "placed", 1.0, at(1, 2))])
     load(spark, spec, target, 1)
+    if case == "rewound":
+        orders_source.upsert([(4, "placed", 1.0, at(2, 1))])
+        load(spark, spec, target, 2)
+        rewind(spec, target, "2026-01-01T00:30:00Z", spark=spark, by="test", reason="test")
+        load(spark, spec, target, 1)  # re-reads rows 1 and 2: two passes, nothing written
     orders_source.upsert([(2, "paid", 1.0, at(1, 3)), (3, "placed", 1.0, at(1, 4))])
     staging_root = Path(target.path + "__staging")
     staged_apart = []
@@ -363,13 +372,15 @@ def test_a_run_above_the_cursor_merges_in_one_pass_and_one_that_rereads_in_two(
         if phase == "committed":
             staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
 
-    result = load(spark, spec, target, 1, hook=look)
+    result = load(spark, spec, target, 2 if case == "rewound" else 1, hook=look)
 
-    assert bool(staged_apart) == (lookback != "0s")
-    assert (result.rows_inserted, result.rows_updated) == (1, 1)
-    assert result.rows_unchanged == (1 if lookback != "0s" else 0)
+    rereads = {"no lookback": 0, "lookback": 1, "rewound": 1}[case]
+    assert bool(staged_apart) == (rereads > 0)
+    assert (result.rows_inserted, result.rows_updated, result.rows_unchanged) == (1, 1, rereads)
     assert result.rows_by_partition == {"2026-01-01": 2}
-    assert [r[:2] for r in target_rows(target)] == [(1, "placed"), (2, "paid"), (3, "placed")]
+    expected = [(1, "placed"), (2, "paid"), (3, "placed")]
+    expected += [(4, "placed")] if case == "rewound" else []
+    assert [r[:2] for r in target_rows(target)] == expected
     assert differences(spark, spec, target) == (0, 0)
 
 
