@@ -90,15 +90,15 @@ def holds_above(table: DeltaTable | None, column: str, value: object) -> bool:
     name = f"max.{column}"
     if name not in actions.column_names:
         return True
+    highs = actions.column(name)
+    if highs.null_count:
+        return True
     if isinstance(value, datetime):
         value = value.replace(microsecond=value.microsecond // 1000 * 1000)
-    for high in actions.column(name).to_pylist():
-        try:
-            if high is None or high > value:
-                return True
-        except TypeError:
-            return True
-    return False
+    try:
+        return pc.max(highs).as_py() > value
+    except TypeError:
+        return True
 
 
 @dataclass(frozen=True)

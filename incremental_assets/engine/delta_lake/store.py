@@ -463,13 +463,8 @@ class DeltaTarget:
         if staged_rows == 0:
             return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys, at_most=staged_rows)
-        newer = (
-            above_cursor
-            and plan.newer_acts
-            and cursor_before is not None
-            and not delta_io.holds_above(state.table, plan.watermark, cursor_before)
-        )
-        if self.merges_in_one_pass(state, plan, newer):
+        above = cursor_before if above_cursor else None
+        if self.merges_in_one_pass(state, plan, above):
             # One pass: with deletion vectors, or when every clause inserts, a clause whose
             # condition fails writes nothing, and a staged row newer than every row of the
             # table acts wherever it matches, so the MERGE reads the staged rows and its
@@ -509,13 +504,21 @@ class DeltaTarget:
             return replace(result, acted={**(staged_counts or {}), "rows": staged_rows})
         return result
 
-    def merges_in_one_pass(self, state: TargetState, plan: MergePlan, newer: bool = False) -> bool:
+    def merges_in_one_pass(
+        self, state: TargetState, plan: MergePlan, above: WatermarkValue | None = None
+    ) -> bool:
         """Whether the MERGE reads the staged rows themselves rather than only those that
         act: the table takes deletion vectors, or the plan only inserts (its MERGE appends
-        new files and rewrites none), or (``newer``) every staged row is newer than every
-        row of the table and the plan's clauses act on every newer row: no matched row
-        leaves its file rewritten unchanged."""
-        return newer or plan.inserts_only or delta_io.writes_deletion_vectors(state.table)
+        new files and rewrites none), or every staged row is above the cursor ``above``,
+        the table's statistics hold no row above it, and the plan's clauses act on every
+        newer row: no matched row leaves its file rewritten unchanged."""
+        if plan.inserts_only or delta_io.writes_deletion_vectors(state.table):
+            return True
+        return (
+            above is not None
+            and plan.newer_acts
+            and not delta_io.holds_above(state.table, plan.watermark, above)
+        )
 
     def _acting_rows(
         self,
