@@ -80,7 +80,7 @@ class OnePassTarget(DeltaTarget):
     alone decide (without deletion vectors, a matched row that does not act still has its
     file rewritten)."""
 
-    def merges_in_one_pass(self, state, plan, above=None) -> bool:
+    def merges_in_one_pass(self, state, plan, *args) -> bool:
         return True
 
 
@@ -88,7 +88,7 @@ class TwoPassTarget(DeltaTarget):
     """The commit as on a table without deletion vectors, whatever the table: the staged
     rows that act, joined with the target and written beside the increment, then merged."""
 
-    def merges_in_one_pass(self, state, plan, above=None) -> bool:
+    def merges_in_one_pass(self, state, plan, *args) -> bool:
         return False
 
 

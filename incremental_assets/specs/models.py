@@ -25,9 +25,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import (
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Field,
     SecretStr,
+    TypeAdapter,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -563,6 +565,9 @@ class PartitioningSpec(_Spec):
         return value
 
 
+_SIZE = TypeAdapter(ByteSize)
+
+
 class TargetSpec(_Spec):
     """Where the Delta table lives."""
 
@@ -585,6 +590,29 @@ class TargetSpec(_Spec):
         "turn it on for an existing table with ALTER TABLE ... SET TBLPROPERTIES "
         "('delta.enableDeletionVectors' = 'true') (docs/runs.md).",
     )
+    one_pass_below: ByteSize = Field(
+        default=ByteSize(16 * 2**20),
+        description="A merge whose increment's keys fall in files of the table totalling "
+        "at most this size (e.g. 16MiB, the default; 0 turns it off) reads the increment in "
+        "one pass, even when it re-reads rows that change nothing (a lookback): Delta then "
+        "rewrites those files whole, which on a small table costs less than finding the rows "
+        "that act first, a pass of its own. Larger tables keep that pass, so no file is "
+        "rewritten only for rows that change nothing (docs/runs.md).",
+    )
+
+    @field_validator("one_pass_below", mode="before")
+    @classmethod
+    def _a_size(cls, value: object) -> object:
+        try:
+            size = -1 if isinstance(value, bool) else _SIZE.validate_python(value)
+        except Exception:
+            size = -1
+        if size < 0:
+            raise ValueError(
+                f"{value!r} is not a size: write bytes or a size with its unit, e.g. "
+                "16MiB, 64MB or 0 (off)"
+            )
+        return size
 
     @field_validator("path")
     @classmethod

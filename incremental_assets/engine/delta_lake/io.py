@@ -164,6 +164,15 @@ def files_holding(actions: pa.Table, keys: KeySet) -> list[dict]:
     return [row for row in actions.to_pylist() if _brackets(row, keys)]
 
 
+def bytes_holding(table: DeltaTable, keys: KeySet | None) -> int:
+    """The size of the live files that may hold one of ``keys`` (all of them for None), from
+    the log: what a merge of those keys rewrites at most."""
+    actions = live_files(table)
+    if keys is None:
+        return int(pc.sum(actions.column("size_bytes")).as_py() or 0)
+    return sum(int(row["size_bytes"]) for row in files_holding(actions, keys))
+
+
 def _brackets(row: dict, keys: KeySet) -> bool:
     column, values = keys.column, keys.values
     if f"partition.{column}" in row:

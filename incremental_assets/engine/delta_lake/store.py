@@ -116,6 +116,9 @@ class CommitResult:
     acted: dict = field(default_factory=dict)
     # Whether the acting rows were staged apart, at ``acting_rows_path`` of the increment.
     acting_staged: bool = False
+    # Whether every staged row above the cursor was newer than every row of the table, and
+    # so acted (updated its row, or inserted one) unless it deletes.
+    newer_acted: bool = False
 
     @property
     def rows_acted(self) -> int:
@@ -399,6 +402,7 @@ class DeltaTarget:
         acting_counters: Sequence[Column] = (),
         deletion_vectors: bool = False,
         above_cursor: bool = False,
+        one_pass_below: int = 0,
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit; a table
         created by it takes deletion vectors when ``deletion_vectors``.
@@ -406,7 +410,9 @@ class DeltaTarget:
         ``above_cursor``: every staged row's watermark is above ``cursor_before``; when the
         table's statistics show no row above it either (a rewind or a reset leaves rows
         there), every staged row is newer than every row of the table
-        (``merges_in_one_pass``).
+        (``merges_in_one_pass``, ``_newer_above``). ``one_pass_below``: the size of the
+        files the staged keys may fall in at or under which the merge takes one pass
+        whatever the rows.
 
         ``staged_rows``: the increment's rows as its write counted them (counted by Spark
         when not given); ``staged_counts``: what else that write counted, by the aliases of
@@ -463,12 +469,13 @@ class DeltaTarget:
         if staged_rows == 0:
             return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys, at_most=staged_rows)
-        above = cursor_before if above_cursor else None
-        if self.merges_in_one_pass(state, plan, above):
+        newer = self._newer_above(state, plan, cursor_before)
+        if self.merges_in_one_pass(state, plan, above_cursor and newer, holding, one_pass_below):
             # One pass: with deletion vectors, or when every clause inserts, a clause whose
             # condition fails writes nothing, and a staged row newer than every row of the
             # table acts wherever it matches, so the MERGE reads the staged rows and its
-            # clauses alone decide what changes.
+            # clauses alone decide what changes; on a small table, the files rewritten
+            # whole cost less than a pass to find the rows that act.
             source, acted = staged, {}
             moves = cursor_after is not None and cursor_after != cursor_before
             if not moves and self._acting_rows(spark, staged, plan, holding).isEmpty():
@@ -502,22 +509,42 @@ class DeltaTarget:
             # One pass, and every staged row acted (the usual increment): the acting rows
             # are the staged rows, as their write counted them.
             return replace(result, acted={**(staged_counts or {}), "rows": staged_rows})
-        return result
+        return replace(result, newer_acted=newer)
 
     def merges_in_one_pass(
-        self, state: TargetState, plan: MergePlan, above: WatermarkValue | None = None
+        self,
+        state: TargetState,
+        plan: MergePlan,
+        every_newer: bool = False,
+        holding: delta_io.KeySet | None = None,
+        small: int = 0,
     ) -> bool:
         """Whether the MERGE reads the staged rows themselves rather than only those that
         act: the table takes deletion vectors, or the plan only inserts (its MERGE appends
-        new files and rewrites none), or every staged row is above the cursor ``above``,
-        the table's statistics hold no row above it, and the plan's clauses act on every
-        newer row: no matched row leaves its file rewritten unchanged."""
-        if plan.inserts_only or delta_io.writes_deletion_vectors(state.table):
+        new files and rewrites none), or every staged row is newer than every row of the
+        table (``every_newer``: each acts wherever it matches, so no matched row leaves
+        its file rewritten unchanged), or the files the keys ``holding`` may fall in total
+        at most ``small`` bytes (a rewrite of them costs less than the pass that finds the
+        acting rows)."""
+        if plan.inserts_only or delta_io.writes_deletion_vectors(state.table) or every_newer:
             return True
         return (
-            above is not None
-            and plan.newer_acts
-            and not delta_io.holds_above(state.table, plan.watermark, above)
+            small > 0
+            and state.table is not None
+            and delta_io.bytes_holding(state.table, holding) <= small
+        )
+
+    @staticmethod
+    def _newer_above(state: TargetState, plan: MergePlan, cursor: WatermarkValue | None) -> bool:
+        """Whether a staged row above ``cursor`` is newer than every row of the table, and
+        so acts wherever it matches: the plan's clauses act on every newer row, and the
+        table's statistics hold no row above the cursor (a rewind or a reset leaves rows
+        there). A (time, id) cursor's rows may tie the table's on the time: never."""
+        return (
+            plan.newer_acts
+            and cursor is not None
+            and not isinstance(cursor, tuple)
+            and not delta_io.holds_above(state.table, plan.watermark, cursor)
         )
 
     def _acting_rows(

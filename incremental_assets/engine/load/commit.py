@@ -11,7 +11,7 @@ from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, TargetState
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.guards import OutOfRange
-from incremental_assets.engine.load.stage import Extract
+from incremental_assets.engine.load.stage import Extract, counted_in_one_pass
 from incremental_assets.engine.quarantine import Quarantine, identity_of
 from incremental_assets.engine.strategies import Strategy, strategy_for
 from incremental_assets.engine.strategies.rows import partition_counters
@@ -83,6 +83,8 @@ def commit(
         acting_counters=partition_counters(extracted.partition_key),
         deletion_vectors=spec.target.deletion_vectors,
         above_cursor=_above_cursor(spec, window, extracted),
+        # A small table's merge takes one pass when its rows by partition need no recount.
+        one_pass_below=int(spec.target.one_pass_below) if counted_in_one_pass(extracted) else 0,
     )
 
 

@@ -22,6 +22,8 @@ from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies import Strategy, strategy_for
 from incremental_assets.engine.strategies.base import last_load_time
 from incremental_assets.engine.strategies.rows import (
+    ABOVE,
+    ABOVE_ROWS,
     FIRST_PARTITION,
     LAST_PARTITION,
     NO_PARTITION,
@@ -154,8 +156,9 @@ def rows_by_partition(
     delete) staged its acting rows apart: they are counted. Otherwise the merge read the
     staged rows in one pass; when its own counts say every staged row acted (the usual
     increment), the staged rows are the acting rows (``CommitResult.acted`` holds their
-    staged counts); only a run that also re-read rows which changed nothing finds its
-    acting rows again, against the version before its commit."""
+    staged counts); a run that also re-read rows which changed nothing counts them by the
+    merge's own metrics when the staged rows share one key, else finds its acting rows
+    again, against the version before its commit."""
     spec = strategy.spec
     staged_path = extracted.staged_path
     if committed.created_table:
@@ -167,13 +170,56 @@ def rows_by_partition(
     elif committed.acted:  # one pass, and every staged row acted
         counted, path = committed.acted, staged_path
     else:  # one pass, and some staged rows changed nothing
+        if extracted.partition_key is None:
+            return {}
+        key = _one_key(extracted.partition_keys)
+        if key is None and _acted_above_only(extracted, committed):
+            key = _one_key(extracted.partition_keys, above=True)
+        if key is not None:
+            return {key: committed.rows_acted}
         assert committed.version is not None
         plan, before = strategy.merge_plan(), committed.version - 1
         return _counted_by_key(spec, target.acting_rows(spark, staged_path, plan, before))
-    first, last = counted.get(FIRST_PARTITION), counted.get(LAST_PARTITION)
-    if isinstance(first, str) and first == last and not counted.get(NO_PARTITION):
-        return {first: int(counted["rows"])}
+    key = _one_key(counted)
+    if key is not None:
+        return {key: int(counted["rows"])}
     return _counted_by_key(spec, spark.read.parquet(path))
+
+
+def counted_in_one_pass(extracted: Extract) -> bool:
+    """Whether a one-pass merge's own counts may say its rows by partition: the staged
+    rows share one key, or the table has none (whichever rows act), or the staged rows
+    above the cursor share one (when those alone act: ``_acted_above_only``)."""
+    return (
+        extracted.partition_key is None
+        or _one_key(extracted.partition_keys) is not None
+        or _one_key(extracted.partition_keys, above=True) is not None
+    )
+
+
+def _acted_above_only(extracted: Extract, committed: CommitResult) -> bool:
+    """Whether the merge acted on the staged rows above the cursor and on no other: each
+    of them is newer than every row of the table (``newer_acted``) and, with no delete
+    among the staged rows, updates its row or inserts one; so when the merge acted on as
+    many rows as there are above the cursor, the rows below it (re-read by a lookback)
+    changed nothing."""
+    above = extracted.partition_keys.get(ABOVE_ROWS)
+    return (
+        committed.newer_acted
+        and not extracted.staged_deletes
+        and above is not None
+        and committed.rows_acted == int(above)
+    )
+
+
+def _one_key(counted: dict, above: bool = False) -> str | None:
+    """The partition key every counted row (``above``: every row above the cursor)
+    shares, if they share one."""
+    names = ABOVE if above else {k: k for k in (FIRST_PARTITION, LAST_PARTITION, NO_PARTITION)}
+    first, last = counted.get(names[FIRST_PARTITION]), counted.get(names[LAST_PARTITION])
+    if isinstance(first, str) and first == last and not counted.get(names[NO_PARTITION]):
+        return first
+    return None
 
 
 def _counted_by_key(spec: TableSpec, rows: DataFrame) -> dict[str, int]:

@@ -33,6 +33,7 @@ from incremental_assets.engine.guards import (
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies.rows import (
+    above_counters,
     checked_in_time,
     divert,
     fail_on_bad_rows,
@@ -227,12 +228,22 @@ class Strategy:
         increment = increment.sortWithinPartitions(*key_columns)
         key = partition_key(spec, increment.schema)
         counters = increment_counters(increment.columns, self.change_kinds, key)
+        counters += above_counters(self._above_cursor(window, increment.columns), key)
         written = write_counted(increment, f"{stage_root}/increment", *counters)
         counts = observation.get
         fail_on_bad_rows(spec, counts)
         return Staged(
             counts, new_columns, written=written, quarantined=quarantined, partition_key=key
         )
+
+    def _above_cursor(self, window: Window, columns: list[str]) -> Column | None:
+        """The condition of a staged row above the run's cursor (None: no cursor, a
+        (time, id) one, or no watermark column among the staged rows)."""
+        column = self.spec.watermark.column
+        cursor = window.cursor_before
+        if cursor is None or isinstance(cursor, tuple) or column not in columns:
+            return None
+        return predicates.to_filter([(predicates.Range(column, cursor),)])
 
     def reduce(
         self,

@@ -94,6 +94,13 @@ def staged_counted(rows: DataFrame, stage_root: str, name: str) -> tuple[DataFra
 # as its write counted them (``increment_counters``).
 FIRST_PARTITION, LAST_PARTITION = "partition:first", "partition:last"
 NO_PARTITION = "partition:none"
+# The same of its rows above the run's cursor, and how many there are (``above_counters``).
+ABOVE = {
+    FIRST_PARTITION: "partition:above_first",
+    LAST_PARTITION: "partition:above_last",
+    NO_PARTITION: "partition:above_none",
+}
+ABOVE_ROWS = "partition:above_rows"
 
 
 def partition_key(spec: TableSpec, schema: StructType) -> Column | None:
@@ -135,6 +142,20 @@ def partition_counters(key: Column | None) -> list[Column]:
         F.min(key).alias(FIRST_PARTITION),
         F.max(key).alias(LAST_PARTITION),
         F.count(F.when(key.isNull(), 1)).alias(NO_PARTITION),
+    ]
+
+
+def above_counters(above: Column | None, key: Column | None) -> list[Column]:
+    """``partition_counters`` of the rows above the run's cursor (``above``: their
+    condition), and their count: when a merge acted on those rows alone (the rows a
+    lookback re-read changed nothing), its rows by partition need no job of their own."""
+    if above is None or key is None:
+        return []
+    return [
+        F.count(F.when(above, 1)).alias(ABOVE_ROWS),
+        F.min(F.when(above, key)).alias(ABOVE[FIRST_PARTITION]),
+        F.max(F.when(above, key)).alias(ABOVE[LAST_PARTITION]),
+        F.count(F.when(above & key.isNull(), 1)).alias(ABOVE[NO_PARTITION]),
     ]
 
 

@@ -323,8 +323,15 @@ def test_only_a_merge_that_updates_stages_its_acting_rows_first(spark, tmp_path,
     # staged rows in one pass; an upsert into a table without deletion vectors first
     # stages the rows that act beside the increment (Delta would rewrite every file a
     # re-read, unchanged row falls in). Both leave the same table and counts.
+    # (A table this small would take one pass whatever it merges, target.one_pass_below:
+    # off here, as on a table above that size.)
     folder = ParquetFolder(tmp_path / "events")
-    spec = make_spec(str(folder.path), source={"format": "parquet"}, strategy=strategy)
+    spec = make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        strategy=strategy,
+        target={"one_pass_below": 0},
+    )
     target = DeltaTarget("orders", str(tmp_path / "target"))
     folder.drop(order_rows([(1, "first", 1.0, at(1, 1)), (2, "first", 1.0, at(1, 2))]))
     load(spark, spec, target, 1)
@@ -353,9 +360,12 @@ def test_a_run_above_the_cursor_merges_in_one_pass_and_one_that_rereads_in_two(
     # staged rows in one pass. A run that re-reads rows it loaded before (unchanged: they
     # must not make Delta rewrite their files) stages the acting rows apart and merges
     # those: with a lookback, or after a rewind, which leaves rows above the cursor for
-    # more than the next run (here the second run after it).
+    # more than the next run (here the second run after it). (target.one_pass_below off:
+    # a table this small would take one pass whatever it merges.)
     lookback = "2h" if case == "lookback" else "0s"
-    spec = make_spec(orders_source.path, watermark={"lookback": lookback})
+    spec = make_spec(
+        orders_source.path, watermark={"lookback": lookback}, target={"one_pass_below": 0}
+    )
     target = DeltaTarget("orders", str(tmp_path / "target"))
     orders_source.upsert([(1, "placed", 1.0, at(1, 1)), (2, "placed", 1.0, at(1, 2))])
     load(spark, spec, target, 1)
@@ -380,6 +390,52 @@ def test_a_run_above_the_cursor_merges_in_one_pass_and_one_that_rereads_in_two(
     assert result.rows_by_partition == {"2026-01-01": 2}
     expected = [(1, "placed"), (2, "paid"), (3, "placed")]
     expected += [(4, "placed")] if case == "rewound" else []
+    assert [r[:2] for r in target_rows(target)] == expected
+    assert differences(spark, spec, target) == (0, 0)
+
+
+@pytest.mark.parametrize("case", ["one day", "two days", "two days, a late row"])
+def test_a_small_table_rereading_rows_merges_in_one_pass_and_counts_by_partition(
+    spark, orders_source, tmp_path, case
+):
+    # On a table whose files the increment's keys fall in total at most
+    # target.one_pass_below (16 MiB by default), a run that re-reads unchanged rows (a
+    # lookback) merges the staged rows in one pass: Delta rewrites those small files whole
+    # instead of a pass finding the rows that act. Its rows by partition come from the
+    # merge's own counts: the staged rows share one day, or the rows above the cursor do
+    # and only they acted (the lookback reached into yesterday and changed nothing there);
+    # a late row inside the lookback acted too: its rows are found again and counted.
+    spec = make_spec(orders_source.path, watermark={"lookback": "2h"})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    orders_source.upsert([(1, "placed", 1.0, at(1, 1)), (2, "placed", 1.0, at(1, 23))])
+    load(spark, spec, target, 1)
+    if case == "one day":
+        # Day 1 again: re-reads row 2 (23:00, inside the lookback) unchanged; row 4 comes
+        # in late inside the lookback, row 3 after the cursor.
+        orders_source.upsert([(3, "placed", 1.0, at(1, 23, 30)), (4, "placed", 1.0, at(1, 22))])
+        day, written = 1, {"2026-01-01": 2}
+    elif case == "two days":
+        # Day 2's run re-reads row 2 (day 1, 23:00, inside the lookback) unchanged.
+        orders_source.upsert([(3, "placed", 1.0, at(2, 1))])
+        day, written = 2, {"2026-01-02": 1}
+    else:
+        # ... and row 4 of day 1 comes in late, inside the lookback.
+        orders_source.upsert([(3, "placed", 1.0, at(2, 1)), (4, "placed", 1.0, at(1, 22))])
+        day, written = 2, {"2026-01-01": 1, "2026-01-02": 1}
+    staging_root = Path(target.path + "__staging")
+    staged_apart = []
+
+    def look(phase: str) -> None:
+        if phase == "committed":
+            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+
+    result = load(spark, spec, target, day, hook=look)
+
+    assert not staged_apart
+    inserted = sum(written.values())
+    assert (result.rows_inserted, result.rows_updated, result.rows_unchanged) == (inserted, 0, 1)
+    assert result.rows_by_partition == written
+    expected = [(n, "placed") for n in range(1, 3 + inserted)]
     assert [r[:2] for r in target_rows(target)] == expected
     assert differences(spark, spec, target) == (0, 0)
 
