@@ -501,6 +501,23 @@ def test_a_number_out_of_range_is_refused_naming_the_field(tmp_path, old, new, f
     assert says in problem(spec_error(tmp_path, SHOP.replace(old, new)), "orders", field)
 
 
+@pytest.mark.parametrize("size", ["lots", "-1", "16 parsecs", "true", "[16MiB]"])
+def test_a_one_pass_size_that_is_not_a_size_is_refused_naming_the_field(tmp_path, size):
+    text = ORDERS.replace("partitioning:", f"target: {{one_pass_below: {size}}}\n    partitioning:")
+
+    message = problem(spec_error(tmp_path, text), "orders", "target.one_pass_below")
+
+    assert "is not a size" in message
+    assert "e.g. 16MiB, 64MB or 0 (off)" in message
+
+
+@pytest.mark.parametrize(("size", "bytes_"), [("0", 0), ("64MiB", 64 * 2**20), ("8 MB", 8_000_000)])
+def test_a_one_pass_size_reads_with_its_unit(tmp_path, size, bytes_):
+    text = ORDERS.replace("partitioning:", f"target: {{one_pass_below: {size}}}\n    partitioning:")
+
+    assert load_project(write(tmp_path, text)).tables[0].target.one_pass_below == bytes_
+
+
 @pytest.mark.parametrize(
     ("retries", "says"),
     [
