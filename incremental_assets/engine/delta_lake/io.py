@@ -78,16 +78,18 @@ def _file_admits(row: dict, part: Part) -> bool:
 
 def holds_above(table: DeltaTable | None, column: str, value: object) -> bool:
     """Whether a row of ``table`` may hold ``column`` above ``value``, by its files' maximum
-    statistics (read from the log); True when a file has none, or one of another type.
-    Delta keeps timestamps' statistics to the millisecond: a timestamp is compared by its
-    millisecond, so a row above ``value`` within that same millisecond goes unseen (for
-    the one-pass merge that decides, a file rewritten unchanged, never a wrong row)."""
+    statistics (read from the log); True when a file has none, one of another type, or a
+    row without a value in ``column``. Delta keeps timestamps' statistics to the
+    millisecond: a timestamp is compared by its millisecond, so a row above ``value``
+    within that same millisecond goes unseen (for the one-pass merge that decides, a file
+    rewritten unchanged, never a wrong row; rows counted above a cursor start at its next
+    millisecond: ``above_bound``)."""
     if table is None:
         return True
     actions = live_files(table)
     if not actions.num_rows:
         return False
-    name = f"max.{column}"
+    name, nulls = f"max.{column}", f"null_count.{column}"
     if name not in actions.column_names:
         return True
     highs = actions.column(name)
@@ -96,9 +98,23 @@ def holds_above(table: DeltaTable | None, column: str, value: object) -> bool:
     if isinstance(value, datetime):
         value = value.replace(microsecond=value.microsecond // 1000 * 1000)
     try:
+        if nulls in actions.column_names and (pc.max(actions.column(nulls)).as_py() or 0):
+            return True  # a row without a watermark: a newer row does not replace it
         return pc.max(highs).as_py() > value
-    except TypeError:
+    except Exception:
+        # Statistics of another type, or past what Python's types hold: not known.
         return True
+
+
+def above_bound(cursor: object) -> tuple[object, bool]:
+    """Where the rows surely newer than a table whose statistics hold nothing above
+    ``cursor`` (``holds_above``) begin, and whether the bound itself is one of them: above
+    ``cursor``; for a timestamp, from the next millisecond on (a row of the table may sit
+    above the cursor inside its millisecond, hidden by the truncated statistics)."""
+    if isinstance(cursor, datetime):
+        floor = cursor.replace(microsecond=cursor.microsecond // 1000 * 1000)
+        return floor + timedelta(milliseconds=1), True
+    return cursor, False
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,10 @@ class CommitResult:
     acted: dict = field(default_factory=dict)
     # Whether the acting rows were staged apart, at ``acting_rows_path`` of the increment.
     acting_staged: bool = False
-    # Whether every staged row above the cursor was newer than every row of the table, and
-    # so acted (updated its row, or inserted one) unless it deletes.
+    # Whether every staged row above the cursor (from its next millisecond on, for a
+    # timestamp: ``delta_io.above_bound``) was newer than every row of the table, and so
+    # acted (updated its row, or inserted one) unless it deletes. Set on a one-pass merge
+    # that acted with only some staged rows.
     newer_acted: bool = False
 
     @property
@@ -469,8 +471,8 @@ class DeltaTarget:
         if staged_rows == 0:
             return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys, at_most=staged_rows)
-        newer = self._newer_above(state, plan, cursor_before)
-        if self.merges_in_one_pass(state, plan, above_cursor and newer, holding, one_pass_below):
+        every_newer = above_cursor and self._newer_above(state, plan, cursor_before)
+        if self.merges_in_one_pass(state, plan, every_newer, holding, one_pass_below):
             # One pass: with deletion vectors, or when every clause inserts, a clause whose
             # condition fails writes nothing, and a staged row newer than every row of the
             # table acts wherever it matches, so the MERGE reads the staged rows and its
@@ -509,6 +511,7 @@ class DeltaTarget:
             # One pass, and every staged row acted (the usual increment): the acting rows
             # are the staged rows, as their write counted them.
             return replace(result, acted={**(staged_counts or {}), "rows": staged_rows})
+        newer = every_newer or (not above_cursor and self._newer_above(state, plan, cursor_before))
         return replace(result, newer_acted=newer)
 
     def merges_in_one_pass(

@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, predicates, transforms, validation
+from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import (
@@ -237,13 +238,16 @@ class Strategy:
         )
 
     def _above_cursor(self, window: Window, columns: list[str]) -> Column | None:
-        """The condition of a staged row above the run's cursor (None: no cursor, a
-        (time, id) one, or no watermark column among the staged rows)."""
+        """The condition of a staged row above the run's cursor, as far as a table's
+        statistics tell (a timestamp from the cursor's next millisecond on:
+        ``delta_io.above_bound``). None: no cursor, a (time, id) one, or no watermark
+        column among the staged rows."""
         column = self.spec.watermark.column
         cursor = window.cursor_before
         if cursor is None or isinstance(cursor, tuple) or column not in columns:
             return None
-        return predicates.to_filter([(predicates.Range(column, cursor),)])
+        bound, inclusive = delta_io.above_bound(cursor)
+        return predicates.to_filter([(predicates.Range(column, bound, inclusive),)])
 
     def reduce(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
@@ -64,3 +66,40 @@ def test_touched_keys_are_distinct_sorted_and_refused_over_the_limit(spark):
     assert delta_io.touched_keys(nothing, ["k"]) == KeySet("k", [])
     stamped = spark.createDataFrame([(1.5,)], "k double")
     assert delta_io.touched_keys(stamped, ["k"]) is None
+
+
+def test_bytes_holding_sums_the_files_a_merge_of_the_keys_may_rewrite(tmp_path):
+    table = _table_of_files(tmp_path / "t", [[1, 50, 100], [101, 200], [201, 300]])
+    sizes = {
+        (f["min.k"], f["max.k"]): f["size_bytes"] for f in delta_io.live_files(table).to_pylist()
+    }
+
+    assert delta_io.bytes_holding(table, KeySet("k", [120, 150])) == sizes[(101, 200)]
+    assert delta_io.bytes_holding(table, KeySet("k", [400])) == 0
+    assert delta_io.bytes_holding(table, None) == sum(sizes.values())
+
+
+def test_a_table_holds_rows_above_a_cursor_by_its_statistics_to_the_millisecond(tmp_path):
+    def table_of(path, stamps) -> DeltaTable:
+        kind = pa.timestamp("us", tz="UTC")
+        write_deltalake(
+            str(path), pa.table({"k": range(len(stamps)), "ts": pa.array(stamps, kind)})
+        )
+        return DeltaTable(str(path))
+
+    def moment(ms: int, us: int = 0) -> datetime:
+        return datetime(2026, 1, 1, 10, tzinfo=timezone.utc) + timedelta(
+            milliseconds=ms, microseconds=us
+        )
+
+    table = table_of(tmp_path / "a", [moment(0), moment(5, 700)])
+    assert delta_io.holds_above(table, "ts", moment(4))
+    assert not delta_io.holds_above(table, "ts", moment(6))
+    # Statistics keep 10:00:00.005 of 10:00:00.005700: a cursor inside that millisecond
+    # cannot tell, so rows counted as surely newer begin at the next millisecond.
+    assert not delta_io.holds_above(table, "ts", moment(5, 300))
+    assert delta_io.above_bound(moment(5, 300)) == (moment(6), True)
+    assert delta_io.above_bound(41) == (41, False)
+    # A row without a watermark is not replaced by a newer row: the table may hold one.
+    assert delta_io.holds_above(table_of(tmp_path / "b", [moment(0), None]), "ts", moment(6))
+    assert delta_io.holds_above(None, "ts", moment(6))
