@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     print(f"changes {args.changes}")
     print(
-        f"{'rows':>9} {'table MiB':>9} {'files':>5} {'variant':>10} {'median s':>9}  each run (s)"
+        f"{'rows':>9} {'table MiB':>9} {'files':>5} {'variant':>10} {'rewritten':>9} "
+        f"{'median s':>9}  each run (s)"
     )
     with tempfile.TemporaryDirectory(dir=args.data_dir) as tmp:
         for rows in (int(s) for s in args.sizes.split(",")):
