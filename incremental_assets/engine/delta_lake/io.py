@@ -96,7 +96,7 @@ def holds_above(table: DeltaTable | None, column: str, value: object) -> bool:
     if highs.null_count:
         return True
     if isinstance(value, datetime):
-        value = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        value = _to_millisecond(value)
     try:
         if nulls in actions.column_names and (pc.max(actions.column(nulls)).as_py() or 0):
             return True  # a row without a watermark: a newer row does not replace it
@@ -112,9 +112,13 @@ def above_bound(cursor: object) -> tuple[object, bool]:
     ``cursor``; for a timestamp, from the next millisecond on (a row of the table may sit
     above the cursor inside its millisecond, hidden by the truncated statistics)."""
     if isinstance(cursor, datetime):
-        floor = cursor.replace(microsecond=cursor.microsecond // 1000 * 1000)
-        return floor + timedelta(milliseconds=1), True
+        return _to_millisecond(cursor) + timedelta(milliseconds=1), True
     return cursor, False
+
+
+def _to_millisecond(moment: datetime) -> datetime:
+    """``moment`` truncated to its millisecond, as Delta keeps timestamps' statistics."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 @dataclass(frozen=True)
