@@ -315,6 +315,7 @@ def load_landing(
             )
             rows = _read(spark, spec, readable, schema, local, opener)
             rows.write.mode("overwrite").parquet(raw_path)
+            staging.written(rows, raw_path)
             stats = _file_stats(spark, raw_path)
         good, changed = [], len(moved)
         for file in readable:
@@ -474,7 +475,7 @@ def _file_stats(spark: SparkSession, raw_path: str) -> dict[str, dict]:
     Spark read them, aggregated by Spark from the staged rows (one row per file reaches
     the driver)."""
     grouped = (
-        spark.read.parquet(raw_path)
+        staging.read(spark, raw_path)
         .groupBy("_f_path")
         .agg(
             F.count(F.lit(1)).alias("rows"),
@@ -506,7 +507,7 @@ def _stage_increment(
 ) -> int:
     """The good files' rows, keyed (file, version, row) and stamped with the ingestion time;
     the file identity comes from the listing, joined on the path Spark read."""
-    raw = spark.read.parquet(raw_path)
+    raw = staging.read(spark, raw_path)
     uris = raw.select("_f_path").distinct().collect()
     by_local = {_local_path(r["_f_path"]): r["_f_path"] for r in uris}
     names = [

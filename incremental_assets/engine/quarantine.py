@@ -30,7 +30,7 @@ class Quarantine(SideTable):
     def record(self, spark: SparkSession, staged_path: str, identity: list[str]) -> None:
         """Insert the staged diverted rows (the run stages some only when it diverts any)
         that the quarantine does not hold yet."""
-        self.insert_missing(spark.read.parquet(staged_path), identity)
+        self.insert_missing(staging.read(spark, staged_path), identity)
 
     def rows(self) -> int:
         if not self.location.exists():
@@ -126,4 +126,4 @@ def identity_of(spec: TableSpec) -> list[str]:
 def _release(
     spark: SparkSession, held: Quarantine, released_path: str, identity: list[str]
 ) -> None:
-    held.delete_matching(spark.read.parquet(released_path), identity, {"released": True})
+    held.delete_matching(staging.read(spark, released_path), identity, {"released": True})

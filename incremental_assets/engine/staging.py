@@ -21,11 +21,13 @@ Example:
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from incremental_assets.engine.delta_lake.io import spark_uri
 from incremental_assets.specs.locations import staging_location
@@ -74,6 +76,27 @@ def run_folder(spark: SparkSession, root: str, kind: str = "") -> Iterator[str]:
     clear(spark, root)
 
 
+# The schema of each folder this process staged, the newest few: a read of the folder
+# names it rather than have Spark infer it from the files' footers, a job of its own.
+_WRITTEN: OrderedDict[str, StructType] = OrderedDict()
+_KEPT = 256
+
+
+def written(rows: DataFrame, path: str) -> None:
+    """Remember that ``rows`` were just written to ``path`` (Parquet), for ``read``."""
+    _WRITTEN[path] = rows.schema
+    _WRITTEN.move_to_end(path)
+    while len(_WRITTEN) > _KEPT:
+        _WRITTEN.popitem(last=False)
+
+
+def read(spark: SparkSession, path: str) -> DataFrame:
+    """The rows staged at ``path``: with the schema they were written with when this
+    process wrote them (``written``), else as Spark infers it from the files."""
+    schema = _WRITTEN.get(path)
+    return (spark.read if schema is None else spark.read.schema(schema)).parquet(path)
+
+
 def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     """Write ``rows`` to ``path`` (Parquet, replacing it) and return what was counted as
     they were written: ``rows``, and each of ``counters`` by its alias (a number, 0 when
@@ -82,6 +105,7 @@ def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     observation = Observation(f"written_{uuid.uuid4().hex}")
     counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"), *counters)
     counted.write.mode("overwrite").parquet(path)
+    written(rows, path)
     found = dict(observation.get)
     return {k: v if isinstance(v, str) else int(v or 0) for k, v in found.items()}
 

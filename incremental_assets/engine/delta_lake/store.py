@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from incremental_assets.engine import staging
 from incremental_assets.engine.changes import OP
 from incremental_assets.engine.delta_lake import catalog
 from incremental_assets.engine.delta_lake import commits as delta_commits
@@ -426,7 +427,7 @@ class DeltaTarget:
             {**metadata, "table": self.table_name, "sequence": state.next_sequence}
         )
         transaction = {"app_id": app_id(self.table_name), "version": state.next_sequence}
-        staged = spark.read.parquet(staged_path)
+        staged = staging.read(spark, staged_path)
         if staged_rows is None:
             staged_rows = staged.count()
         columns = [c for c in staged.columns if c not in plan.staged_only_columns]
@@ -567,7 +568,7 @@ class DeltaTarget:
     ) -> DataFrame:
         """The staged rows that act on the table as it was at ``version``: those a merge on
         top of that version changed something with."""
-        staged = spark.read.parquet(staged_path)
+        staged = staging.read(spark, staged_path)
         holding = delta_io.touched_keys(staged, plan.identity or plan.keys)
         return self._acting_rows(spark, staged, plan, holding, version)
 
@@ -589,10 +590,11 @@ class DeltaTarget:
             observation, F.count(F.lit(1)).alias("rows"), *counters
         )
         acting.write.mode("overwrite").parquet(acting_path)
+        staging.written(acting, acting_path)
         acted = dict(observation.get)
         if not acted["rows"]:
             return None, {}
-        return spark.read.parquet(acting_path), acted
+        return staging.read(spark, acting_path), acted
 
     def _cursor_only(
         self,
@@ -793,7 +795,7 @@ class ChangeLog(SideTable):
 
     def append(self, spark: SparkSession, staged_path: str) -> None:
         """Append the staged changes (the caller stages only a run that has some)."""
-        self.append_rows(spark.read.parquet(staged_path), {"mergeSchema": "true"})
+        self.append_rows(staging.read(spark, staged_path), {"mergeSchema": "true"})
 
 
 def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:

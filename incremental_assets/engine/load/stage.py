@@ -9,7 +9,7 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import quality, transforms
+from incremental_assets.engine import quality, staging, transforms
 from incremental_assets.engine.delta_lake.store import (
     CommitResult,
     DeltaTarget,
@@ -183,7 +183,7 @@ def rows_by_partition(
     key = _one_key(counted)
     if key is not None:
         return {key: int(counted["rows"])}
-    return _counted_by_key(spec, spark.read.parquet(path))
+    return _counted_by_key(spec, staging.read(spark, path))
 
 
 def counted_in_one_pass(extracted: Extract) -> bool:
@@ -244,7 +244,7 @@ def _gaps(spark: SparkSession, spec: TableSpec, window: Window, staged_path: str
     if spec.watermark.kind != "sequence" or not window.reads_incremental:
         return None
     column = spec.watermark.column
-    ids = spark.read.parquet(staged_path).select(transforms.quote(column)).toArrow()
+    ids = staging.read(spark, staged_path).select(transforms.quote(column)).toArrow()
     after = window.cursor_before if isinstance(window.cursor_before, int) else None
     return sequence_gaps(ids.column(0), after)
 

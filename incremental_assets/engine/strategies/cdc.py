@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from incremental_assets.engine import changes
+from incremental_assets.engine import changes, staging
 from incremental_assets.engine.delta_lake.merge_plan import (
     Clause,
     MergePlan,
@@ -78,7 +78,7 @@ class Cdc(Strategy):
         increment's write counted no delete)."""
         plan = self.merge_plan()
         if plan.tombstones and staged_deletes != 0:
-            staged = spark.read.parquet(staged_path)
+            staged = staging.read(spark, staged_path)
             Tombstones(target).record(staged, list(plan.keys), plan.watermark, staged_deletes)
 
     def delete_guard(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import changes
+from incremental_assets.engine import changes, staging
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, row_count
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
 from incremental_assets.specs import TableSpec
@@ -54,7 +54,7 @@ def _deletes_of_live_keys(
     spark: SparkSession, spec: TableSpec, target: DeltaTarget, staged_path: str, soft: bool
 ) -> int:
     """The staged deletes whose key is live in the target: what the merge would delete."""
-    deletes = spark.read.parquet(staged_path).filter(F.col(changes.OP) == "D").select(*spec.keys)
+    deletes = staging.read(spark, staged_path).filter(F.col(changes.OP) == "D").select(*spec.keys)
     live = target.to_spark(spark)
     if soft:
         live = live.filter(~F.coalesce(F.col(changes.IS_DELETED), F.lit(False)))

@@ -7,7 +7,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
 
-from incremental_assets.engine import changes, quality, transforms
+from incremental_assets.engine import changes, quality, staging, transforms
 from incremental_assets.engine.errors import IncrementalLoadError, NullValuesError
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.staging import write_counted
@@ -80,14 +80,15 @@ def divert(
 def staged(rows: DataFrame, stage_root: str, name: str) -> DataFrame:
     path = f"{stage_root}/{name}"
     rows.write.mode("overwrite").parquet(path)
-    return rows.sparkSession.read.parquet(path)
+    staging.written(rows, path)
+    return staging.read(rows.sparkSession, path)
 
 
 def staged_counted(rows: DataFrame, stage_root: str, name: str) -> tuple[DataFrame, int]:
     """``staged``, with the rows written."""
     path = f"{stage_root}/{name}"
     counted = write_counted(rows, path)
-    return rows.sparkSession.read.parquet(path), counted["rows"]
+    return staging.read(rows.sparkSession, path), counted["rows"]
 
 
 # The first and last partition key among an increment's rows, and its rows without one,
