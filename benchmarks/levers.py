@@ -16,6 +16,9 @@ Variants (``--variants``, default all):
   run above the cursor);
 - ``plain: one pass``: no deletion vectors and the one-pass commit whatever the run (the
   same as ``plain`` on the benchmark's increments; measured before ``plain`` took it);
+- ``plain: key range by a job``: as ``plain``, but the touched keys' range found by a
+  Spark job of its own, as before the increment's write counted it
+  (``delta_io.range_counters``);
 - ``dv: optimized writes``: ``spark.databricks.delta.optimizeWrite.enabled``;
 - ``plain: 8 files``, ``dv: 8 files``: the copy rewritten in key order into 8 files, as
   the first write made them before it bounded its files (``ROWS_PER_FILE``, 1M rows);
@@ -56,6 +59,7 @@ VARIANTS = {
     "dv: two passes": {"dv": True, "two_pass": True},
     "plain: two passes": {"dv": False, "two_pass": True},
     "plain: one pass": {"dv": False, "one_pass": True},
+    "plain: key range by a job": {"dv": False, "range_job": True},
     "dv: optimized writes": {
         "dv": True,
         "conf": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
@@ -90,6 +94,14 @@ class TwoPassTarget(DeltaTarget):
 
     def merges_in_one_pass(self, state, plan, *args) -> bool:
         return False
+
+
+class RangeJobTarget(DeltaTarget):
+    """The commit without the key range the increment's write counted: the touched keys'
+    range is found by a Spark job of its own."""
+
+    def commit(self, *args, **kwargs):
+        return super().commit(*args, **{**kwargs, "staged_keys": None})
 
 
 def layout_of(settings: dict, rows: int) -> int | None:
@@ -198,6 +210,8 @@ def measure_case(bench: Bench, case, rows: int, variants: list[str], args) -> li
                 if settings.get("two_pass")
                 else OnePassTarget
                 if settings.get("one_pass")
+                else RangeJobTarget
+                if settings.get("range_job")
                 else DeltaTarget
             )
             target = kind(spec.name, path)

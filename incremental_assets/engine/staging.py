@@ -24,6 +24,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from datetime import date
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -100,14 +101,14 @@ def read(spark: SparkSession, path: str) -> DataFrame:
 def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     """Write ``rows`` to ``path`` (Parquet, replacing it) and return what was counted as
     they were written: ``rows``, and each of ``counters`` by its alias (a number, 0 when
-    there was nothing to count, or a text as counted). No second pass over
+    there was nothing to count, or a text or date as counted). No second pass over
     the written files: the counts are the write's own."""
     observation = Observation(f"written_{uuid.uuid4().hex}")
     counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"), *counters)
     counted.write.mode("overwrite").parquet(path)
     written(rows, path)
     found = dict(observation.get)
-    return {k: v if isinstance(v, str) else int(v or 0) for k, v in found.items()}
+    return {k: v if isinstance(v, (str, date)) else int(v or 0) for k, v in found.items()}
 
 
 @contextmanager

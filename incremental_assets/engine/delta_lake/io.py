@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -21,7 +22,14 @@ from deltalake import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import DateType, IntegralType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    IntegralType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.spark.local_rows import no_rows
@@ -138,6 +146,51 @@ class KeySet:
 LISTED_KEYS = 1000
 
 
+@dataclass(frozen=True)
+class KeyRange:
+    """The lowest and highest value of a key column among some rows, and about how many
+    distinct values they hold (an estimate: 5% relative standard deviation), as their
+    write counted them (``range_counters``)."""
+
+    column: str
+    low: int | str | date | None
+    high: int | str | date | None
+    values: int
+
+    @classmethod
+    def counted(cls, column: str, counted: Mapping[str, Any]) -> KeyRange | None:
+        """The range ``range_counters`` counted, from a write's counts; None when the
+        write did not count one for ``column``."""
+        if counted.get(_RANGE_COLUMN) != column:
+            return None
+        low, high = counted.get(_RANGE_LOW), counted.get(_RANGE_HIGH)
+        return cls(column, low, high, int(counted.get(_RANGE_VALUES) or 0))
+
+
+_RANGE_COLUMN, _RANGE_LOW = "key_range:column", "key_range:low"
+_RANGE_HIGH, _RANGE_VALUES = "key_range:high", "key_range:values"
+
+
+def range_counters(schema: StructType, column: str) -> list[Column]:
+    """What a write counts of ``column`` for ``touched_keys`` (``KeyRange.counted``): its
+    lowest and highest value and about how many distinct values, as the rows are written;
+    nothing when the column's type has no reliable statistics (``touched_keys`` would
+    prune nothing by it)."""
+    if column not in schema.names or not _prunable(schema[column].dataType):
+        return []
+    key = F.col(quote(column))
+    return [
+        F.lit(column).alias(_RANGE_COLUMN),
+        F.min(key).alias(_RANGE_LOW),
+        F.max(key).alias(_RANGE_HIGH),
+        F.approx_count_distinct(key, 0.05).alias(_RANGE_VALUES),
+    ]
+
+
+def _prunable(kind: DataType) -> bool:
+    return isinstance(kind, (IntegralType, StringType, DateType))
+
+
 def touched_keys(
     rows: DataFrame,
     keys: Sequence[str],
@@ -145,25 +198,31 @@ def touched_keys(
     listed: int = LISTED_KEYS,
     *,
     at_most: int | None = None,
+    counted: KeyRange | None = None,
 ) -> KeySet | None:
     """The values of the first key in ``rows``: listed when there are at most ``listed``,
     else their range; None (read every file) when the key's type has no reliable
     statistics or there are more than ``limit`` values. One Spark job (their range and
     approximate count), and a second that collects them only when they are few.
     ``at_most``: the rows' count when known (a staged increment's, as its write counted
-    it): when it is at most ``listed``, so are the keys, which one job collects."""
+    it): when it is at most ``listed``, so are the keys, which one job collects.
+    ``counted``: their range as the rows' write counted it (``range_counters``), in
+    place of the first job; the second runs only when they may be few."""
     column = keys[0]
     kind = rows.schema[column].dataType
-    if not isinstance(kind, (IntegralType, StringType, DateType)):
+    if not _prunable(kind):
         return None
     key = F.col(quote(column))
     present = rows.select(key).filter(key.isNotNull())
     if at_most is not None and at_most <= listed:
         values = sorted(row[0] for row in present.distinct().collect())
         return None if len(values) > limit else KeySet(column, values)
-    low, high, count = present.agg(
-        F.min(key), F.max(key), F.approx_count_distinct(key, 0.05)
-    ).first()
+    if counted is not None and counted.column == column:
+        low, high, count = counted.low, counted.high, counted.values
+    else:
+        low, high, count = present.agg(
+            F.min(key), F.max(key), F.approx_count_distinct(key, 0.05)
+        ).first()
     if low is None:
         return KeySet(column, [])
     if count > limit:

@@ -402,6 +402,7 @@ class DeltaTarget:
         add_new_columns: bool,
         staged_rows: int | None = None,
         staged_counts: Mapping[str, Any] | None = None,
+        staged_keys: delta_io.KeyRange | None = None,
         acting_counters: Sequence[Column] = (),
         deletion_vectors: bool = False,
         above_cursor: bool = False,
@@ -421,7 +422,10 @@ class DeltaTarget:
         when not given); ``staged_counts``: what else that write counted, by the aliases of
         ``acting_counters``, aggregates counted over the rows the merge acts on as they are
         staged (``CommitResult.acted``; with deletion vectors, the staged counts when every
-        staged row acted). Writes nothing when no row is staged and the cursor stays put.
+        staged row acted); ``staged_keys``: the range of their first key as that write
+        counted it, so the files they may fall in are found with no Spark job for it
+        (``delta_io.touched_keys``). Writes nothing when no row is staged and the cursor
+        stays put.
         """
         record = delta_commits.record(
             {**metadata, "table": self.table_name, "sequence": state.next_sequence}
@@ -471,7 +475,9 @@ class DeltaTarget:
             )
         if staged_rows == 0:
             return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)
-        holding = delta_io.touched_keys(staged, plan.identity or plan.keys, at_most=staged_rows)
+        holding = delta_io.touched_keys(
+            staged, plan.identity or plan.keys, at_most=staged_rows, counted=staged_keys
+        )
         every_newer = above_cursor and self._newer_above(state, plan, cursor_before)
         if self.merges_in_one_pass(state, plan, every_newer, holding, one_pass_below):
             # One pass: with deletion vectors, or when every clause inserts, a clause whose

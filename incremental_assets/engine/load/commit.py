@@ -80,6 +80,7 @@ def commit(
         add_new_columns=spec.on_schema_change == "append_new_columns",
         staged_rows=extracted.rows_staged,
         staged_counts=extracted.partition_keys,
+        staged_keys=extracted.key_range,
         acting_counters=partition_counters(extracted.partition_key),
         deletion_vectors=spec.target.deletion_vectors,
         above_cursor=_above_cursor(spec, window, extracted),

@@ -10,6 +10,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import quality, staging, transforms
+from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.store import (
     CommitResult,
     DeltaTarget,
@@ -73,6 +74,8 @@ class Extract:
     # counted of them (rows.partition_counters).
     partition_key: Column | None = None
     partition_keys: dict = field(default_factory=dict)
+    # The range of the increment's first key, as its write counted it (None: not counted).
+    key_range: delta_io.KeyRange | None = None
 
 
 def extract(
@@ -133,6 +136,7 @@ def extract(
         staged_deletes=staged_deletes,
         partition_key=staged.partition_key,
         partition_keys={k: v for k, v in staged.written.items() if k.startswith("partition:")},
+        key_range=delta_io.KeyRange.counted(spec.keys[0], staged.written) if spec.keys else None,
     )
 
 

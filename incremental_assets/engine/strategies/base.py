@@ -230,6 +230,8 @@ class Strategy:
         key = partition_key(spec, increment.schema)
         counters = increment_counters(increment.columns, self.change_kinds, key)
         counters += above_counters(self._above_cursor(window, increment.columns), key)
+        if spec.keys:
+            counters += delta_io.range_counters(increment.schema, spec.keys[0])
         written = write_counted(increment, f"{stage_root}/increment", *counters)
         counts = observation.get
         fail_on_bad_rows(spec, counts)

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import changes, history, quality, transforms, validation
+from incremental_assets.engine import changes, history, quality, staging, transforms, validation
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.merge_plan import (
     Clause,
@@ -123,21 +123,37 @@ class Scd2(Strategy):
             new_columns = validation.check_against_target(
                 spec, rows.drop(changes.OP).schema, held, target.read_by
             )
+        first_key = spec.keys[0]
+        events_written: dict = {}
         if spec.quality.rules:
             # Rules are evaluated in this job, under quality.rule_timeout.
             events, observation = checked_in_time(spark, spec, rows, stage_root, "events")
             events = events.drop(quality.FAILED)
         else:
             observed_rows, observation = observed(spec, rows)
-            events = staged(observed_rows, stage_root, "events")
+            path = f"{stage_root}/events"
+            events_written = write_counted(
+                observed_rows, path, *delta_io.range_counters(observed_rows.schema, first_key)
+            )
+            events = staging.read(spark, path)
         counts = observation.get
         fail_on_bad_rows(spec, counts)
 
         columns = history_columns(spec, events.columns)
         # Only the files of the log and the target that may hold a touched key are read
         # (both are written in key order), and their rows of those keys are staged once:
-        # the run's cost follows its keys, not the table.
-        touched = delta_io.touched_keys(events, spec.keys) if state.exists else None
+        # the run's cost follows its keys, not the table. The events' write counted
+        # their keys' range.
+        touched = (
+            delta_io.touched_keys(
+                events,
+                spec.keys,
+                at_most=events_written.get("rows"),
+                counted=delta_io.KeyRange.counted(first_key, events_written),
+            )
+            if state.exists
+            else None
+        )
         stored = target.to_spark(spark, holding=touched) if state.exists else None
         logged = ChangeLog(target).to_spark(spark, holding=touched)
         keys = events.select(*[F.col(transforms.quote(k)) for k in spec.keys]).distinct()
@@ -156,6 +172,7 @@ class Scd2(Strategy):
         ordered = by_key(increment, spec.keys, not state.exists).sortWithinPartitions(*key_columns)
         key = partition_key(spec, ordered.schema)
         counters = increment_counters(ordered.columns, self.change_kinds, key)
+        counters += delta_io.range_counters(ordered.schema, first_key)
         written = write_counted(ordered, f"{stage_root}/increment", *counters)
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.io import KeySet
+from incremental_assets.engine.staging import write_counted
 
 
 def _table_of_files(path, batches: list[list]) -> DeltaTable:
@@ -66,6 +67,67 @@ def test_touched_keys_are_distinct_sorted_and_refused_over_the_limit(spark):
     assert delta_io.touched_keys(nothing, ["k"]) == KeySet("k", [])
     stamped = spark.createDataFrame([(1.5,)], "k double")
     assert delta_io.touched_keys(stamped, ["k"]) is None
+
+
+def _jobs_in(spark, group: str, action) -> tuple[object, int]:
+    """What ``action`` returns, and how many Spark jobs it ran (under job group ``group``)."""
+    context = spark.sparkContext
+    context.setJobGroup(group, group)
+    try:
+        result = action()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(context.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_key_range_counted_as_rows_are_written_stands_in_for_the_range_job(spark, tmp_path):
+    rows = spark.range(5, 3005).selectExpr(
+        "id AS k",
+        "CAST(id AS string) AS s",
+        "date_add(DATE'2026-01-01', CAST(id % 40 AS int)) AS d",
+        "timestamp'2026-01-01 00:00:00' AS t",
+    )
+    counters = [
+        *delta_io.range_counters(rows.schema, "k"),
+    ]
+    counted = write_counted(rows, str(tmp_path / "k"), *counters)
+    keys = delta_io.KeyRange.counted("k", counted)
+    assert (keys.column, keys.low, keys.high) == ("k", 5, 3004)
+    # An estimate (HyperLogLog, 5% relative standard deviation): within three of them.
+    assert abs(keys.values - 3000) <= 3000 * 0.15
+    staged = spark.read.parquet(str(tmp_path / "k"))
+    # More keys than are listed: their range, with no Spark job at all.
+    found, jobs = _jobs_in(
+        spark, "counted", lambda: delta_io.touched_keys(staged, ["k"], at_most=3000, counted=keys)
+    )
+    assert found == KeySet("k", [5, 3004], spans=True) == delta_io.touched_keys(staged, ["k"])
+    assert jobs == 0
+    _, jobs = _jobs_in(
+        spark, "uncounted", lambda: delta_io.touched_keys(staged, ["k"], at_most=3000)
+    )
+    assert jobs >= 1
+    # A range counted for another column is not taken for this one.
+    assert delta_io.KeyRange.counted("s", counted) is None
+    # Dates and texts are counted as they are; a timestamp has no reliable statistics.
+    for column, low, high in (("s", "10", "999"), ("d", date(2026, 1, 1), date(2026, 2, 9))):
+        written = write_counted(
+            rows, str(tmp_path / column), *delta_io.range_counters(rows.schema, column)
+        )
+        assert delta_io.KeyRange.counted(column, written) == delta_io.KeyRange(
+            column, low, high, written["key_range:values"]
+        )
+    assert delta_io.range_counters(rows.schema, "t") == []
+    assert delta_io.range_counters(rows.schema, "absent") == []
+
+
+def test_a_counted_range_of_few_keys_still_lists_them(spark):
+    rows = spark.createDataFrame([(3, "a"), (1, "b"), (3, "c"), (None, "d")], "k bigint, v string")
+    few = delta_io.KeyRange("k", 1, 3, 2)
+    assert delta_io.touched_keys(rows, ["k"], counted=few) == KeySet("k", [1, 3])
+    # No key at all (every one null): nothing is touched.
+    assert delta_io.touched_keys(rows, ["k"], counted=delta_io.KeyRange("k", None, None, 0)) == (
+        KeySet("k", [])
+    )
 
 
 def test_bytes_holding_sums_the_files_a_merge_of_the_keys_may_rewrite(tmp_path):
