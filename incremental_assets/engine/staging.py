@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -81,14 +82,17 @@ def run_folder(spark: SparkSession, root: str, kind: str = "") -> Iterator[str]:
 # names it rather than have Spark infer it from the files' footers, a job of its own.
 _WRITTEN: OrderedDict[str, StructType] = OrderedDict()
 _KEPT = 256
+_WRITTEN_LOCK = threading.Lock()
 
 
 def written(rows: DataFrame, path: str) -> None:
     """Remember that ``rows`` were just written to ``path`` (Parquet), for ``read``."""
-    _WRITTEN[path] = rows.schema
-    _WRITTEN.move_to_end(path)
-    while len(_WRITTEN) > _KEPT:
-        _WRITTEN.popitem(last=False)
+    schema = rows.schema
+    with _WRITTEN_LOCK:  # runs of other tables may stage from other threads
+        _WRITTEN.pop(path, None)
+        _WRITTEN[path] = schema
+        while len(_WRITTEN) > _KEPT:
+            _WRITTEN.popitem(last=False)
 
 
 def read(spark: SparkSession, path: str) -> DataFrame:
@@ -108,7 +112,9 @@ def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     counted.write.mode("overwrite").parquet(path)
     written(rows, path)
     found = dict(observation.get)
-    return {k: v if isinstance(v, (str, date)) else int(v or 0) for k, v in found.items()}
+    return {
+        k: v if isinstance(v, str) or type(v) is date else int(v or 0) for k, v in found.items()
+    }
 
 
 @contextmanager

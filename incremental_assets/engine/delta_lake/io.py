@@ -163,8 +163,11 @@ class KeyRange:
         write did not count one for ``column``."""
         if counted.get(_RANGE_COLUMN) != column:
             return None
-        low, high = counted.get(_RANGE_LOW), counted.get(_RANGE_HIGH)
-        return cls(column, low, high, int(counted.get(_RANGE_VALUES) or 0))
+        values = int(counted.get(_RANGE_VALUES) or 0)
+        if not values:
+            # No value to count (a write counts a missing minimum as 0).
+            return cls(column, None, None, 0)
+        return cls(column, counted.get(_RANGE_LOW), counted.get(_RANGE_HIGH), values)
 
 
 _RANGE_COLUMN, _RANGE_LOW = "key_range:column", "key_range:low"

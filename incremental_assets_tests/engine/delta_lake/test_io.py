@@ -120,12 +120,17 @@ def test_a_key_range_counted_as_rows_are_written_stands_in_for_the_range_job(spa
     assert delta_io.range_counters(rows.schema, "absent") == []
 
 
-def test_a_counted_range_of_few_keys_still_lists_them(spark):
+def test_a_counted_range_of_few_keys_still_lists_them(spark, tmp_path):
     rows = spark.createDataFrame([(3, "a"), (1, "b"), (3, "c"), (None, "d")], "k bigint, v string")
     few = delta_io.KeyRange("k", 1, 3, 2)
     assert delta_io.touched_keys(rows, ["k"], counted=few) == KeySet("k", [1, 3])
-    # No key at all (every one null): nothing is touched.
-    assert delta_io.touched_keys(rows, ["k"], counted=delta_io.KeyRange("k", None, None, 0)) == (
+    # No key at all (every one null), as a write counts it: nothing is touched.
+    nulls = rows.filter("k IS NULL")
+    written = write_counted(
+        nulls, str(tmp_path / "nulls"), *delta_io.range_counters(nulls.schema, "k")
+    )
+    assert delta_io.KeyRange.counted("k", written) == delta_io.KeyRange("k", None, None, 0)
+    assert delta_io.touched_keys(nulls, ["k"], counted=delta_io.KeyRange.counted("k", written)) == (
         KeySet("k", [])
     )
 
