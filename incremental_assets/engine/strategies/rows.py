@@ -84,11 +84,14 @@ def staged(rows: DataFrame, stage_root: str, name: str) -> DataFrame:
     return staging.read(rows.sparkSession, path)
 
 
-def staged_counted(rows: DataFrame, stage_root: str, name: str) -> tuple[DataFrame, int]:
-    """``staged``, with the rows written."""
+def staged_counted(
+    rows: DataFrame, stage_root: str, name: str, *counters: Column
+) -> tuple[DataFrame, dict]:
+    """``staged``, with what its write counted: ``rows``, and each of ``counters``
+    (``write_counted``)."""
     path = f"{stage_root}/{name}"
-    counted = write_counted(rows, path)
-    return staging.read(rows.sparkSession, path), counted["rows"]
+    counted = write_counted(rows, path, *counters)
+    return staging.read(rows.sparkSession, path), counted
 
 
 # The first and last partition key among an increment's rows, and its rows without one,

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import changes, history, quality, staging, transforms, validation
+from incremental_assets.engine import changes, history, quality, transforms, validation
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.merge_plan import (
     Clause,
@@ -131,11 +131,12 @@ class Scd2(Strategy):
             events = events.drop(quality.FAILED)
         else:
             observed_rows, observation = observed(spec, rows)
-            path = f"{stage_root}/events"
-            events_written = write_counted(
-                observed_rows, path, *delta_io.range_counters(observed_rows.schema, first_key)
+            events, events_written = staged_counted(
+                observed_rows,
+                stage_root,
+                "events",
+                *delta_io.range_counters(observed_rows.schema, first_key),
             )
-            events = staging.read(spark, path)
         counts = observation.get
         fail_on_bad_rows(spec, counts)
 
@@ -164,7 +165,8 @@ class Scd2(Strategy):
         written_rows: dict[str, int] = {}
 
         def stage(rows: DataFrame, name: str) -> DataFrame:
-            found, written_rows[name] = staged_counted(rows, stage_root, name)
+            found, counted = staged_counted(rows, stage_root, name)
+            written_rows[name] = counted["rows"]
             return found
 
         increment, _ = history.history_changes(events, logged, stored, columns, stage=stage)
