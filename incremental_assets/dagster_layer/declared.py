@@ -54,6 +54,9 @@ def _group(project: ProjectSpec, layer: LayerSpec) -> str:
 
 def _check_specs(layer: LayerSpec) -> list[dg.AssetCheckSpec]:
     keys = layer.keys_of_layer
+    if layer.kind == "row" and _reads_files(layer):
+        # Its rows come from the folder's files, not the upstream's Delta table.
+        return layer_check_specs(layer.name, keys)
     if layer.kind == "row":
         return [
             *layer_check_specs(layer.name, keys),
@@ -90,14 +93,24 @@ def _check_specs(layer: LayerSpec) -> list[dg.AssetCheckSpec]:
     ]
 
 
+def _reads_files(layer: LayerSpec) -> bool:
+    return getattr(layer, "reads", "table") == "files"
+
+
 def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
     what = "rows of its select" if layer.kind == "row" else "aggregates per group"
-    how = (
-        f"run as a Structured Streaming query over what {layer.upstream} added (or, with "
-        "its change data feed, changed) since its last run"
-        if layer.streaming
-        else f"refreshed from what {layer.upstream} changed since the version it last covered"
-    )
+    if _reads_files(layer):
+        how = (
+            f"run as a Structured Streaming query over the files that arrived in "
+            f"{layer.upstream}'s folder since its last run"
+        )
+    elif layer.streaming:
+        how = (
+            f"run as a Structured Streaming query over what {layer.upstream} added (or, "
+            "with its change data feed, changed) since its last run"
+        )
+    else:
+        how = f"refreshed from what {layer.upstream} changed since the version it last covered"
     path = project.layer_path(layer)
 
     @dg.asset(
@@ -125,9 +138,10 @@ def layer_asset(project: ProjectSpec, layer: LayerSpec) -> dg.AssetsDefinition:
             outcomes = {KEYS_UNIQUE: checks.keys_unique(session, target, keys)}
             if layer.kind == "row":
                 outcomes[KEYS_NOT_NULL] = checks.keys_not_null(session, target, keys)
-                outcomes[COUNTS_RECONCILED] = counts_reconciled(
-                    session, inputs, streamed.upstream_version
-                )
+                if not _reads_files(layer):
+                    outcomes[COUNTS_RECONCILED] = counts_reconciled(
+                        session, inputs, streamed.upstream_version
+                    )
             else:
                 outcomes[NO_LATE_ROWS] = late_rows_outcome(streamed)
             metadata = stream_metadata(streamed)

@@ -15,7 +15,8 @@ Delta table changed) or as a Structured Streaming query (``run: streaming``): an
 layer with a window reads a folder table's new files, or the upstream Delta table's new
 commits, with the window's ``watermark`` as the lateness it accepts
 (engine/declared_layers/streaming_layer.py); a row layer reads the upstream Delta table's
-new commits and merges its select's rows by key (engine/declared_layers/streaming_rows.py).
+new commits (or, with ``reads: files``, a folder table's new files) and merges its select's
+rows by key (engine/declared_layers/streaming_rows.py).
 
 Example:
     .. code-block:: yaml
@@ -99,7 +100,8 @@ class _Layer(BaseModel):
         "new files of the upstream table's folder (a table whose source is a folder of "
         "files) or the new commits of the upstream's Delta table (its change data feed "
         "where it records one); a row layer over the upstream's Delta table's new commits "
-        "(its change data feed where it records one, else its appended rows).",
+        "(its change data feed where it records one, else its appended rows), or with "
+        "reads: files over the new files of the upstream table's folder.",
     )
 
     @field_validator("name")
@@ -168,6 +170,14 @@ class RowLayerSpec(_Layer):
         description="Over an upstream that keeps every version of a row: the columns "
         "ordering versions (by) and the group a newest version replaces whole (replaces).",
     )
+    reads: Literal["table", "files"] = Field(
+        default="table",
+        description="run: streaming only. 'table': the query reads the upstream's Delta "
+        "table's new commits (its change data feed where it records one); 'files': it "
+        "reads the new files of the upstream table's folder (a table whose source is a "
+        "folder of CSV, JSON or Parquet files with source.schema) straight into the "
+        "layer, before (or instead of) any load of that table.",
+    )
 
     @field_validator("select")
     @classmethod
@@ -203,6 +213,16 @@ class RowLayerSpec(_Layer):
                 "a streaming row layer keeps the newest change of each key in the order the "
                 "upstream committed them; newest (ordering versions by columns) runs in "
                 "batch only: remove newest, or set run: batch",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _files_streamed(self) -> RowLayerSpec:
+        if self.reads == "files" and self.run != "streaming":
+            raise PydanticCustomError(
+                "field:reads",
+                "only a streaming query reads the upstream's files as they arrive; a batch "
+                "layer reads the upstream's Delta table: set run: streaming, or remove reads",
             )
         return self
 

@@ -306,9 +306,23 @@ def _check_streamed_source(
     after a layer or a table whose source is not a folder of files, the upstream's Delta
     table: a layer's change data feed, whose updates and deletes the aggregates subtract
     (so only sum and count)."""
-    if isinstance(layer, RowLayerSpec):
-        return  # it reads the upstream's Delta table, whatever fills it
     spec = next((t for t in tables if t.name == layer.upstream), None)
+    if isinstance(layer, RowLayerSpec):
+        if layer.reads == "files" and (spec is None or not spec.source.streams_files):
+            what = "a layer" if spec is None else f"a table read from {spec.source.format}"
+            problems.append(
+                (
+                    label,
+                    "reads",
+                    f"reads: files streams the files of the upstream table's folder, but "
+                    f"'{layer.upstream}' is {what}: follow a table whose source is a folder "
+                    "of csv, json or parquet files, or remove reads (the query then reads "
+                    "the upstream's Delta table)",
+                )
+            )
+            return
+        if layer.reads != "files":
+            return  # it reads the upstream's Delta table, whatever fills it
     if spec is None or not spec.source.streams_files:
         if spec is None and isinstance(layer, AggregateLayerSpec):
             kept = [a.name for a in layer.aggregates if a.function not in RETRACTABLE]

@@ -3,7 +3,8 @@ upstream's asset, reporting the rows it read and merged and the upstream version
 covered, with its checks passing on a real instance (a re-run with nothing new upstream
 commits nothing: incremental_assets_tests/engine/test_declared_layers.py); a streaming
 layer reports its batches, rows, offsets, checkpoint and late rows, and its check fails
-naming how many rows it dropped as late."""
+naming how many rows it dropped as late; a row layer streaming a folder's files reports
+its run with its key checks."""
 
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ layers:
     run: streaming
     select: SELECT order_id, amount * 2 AS doubled FROM paid_orders
     keys: [order_id]
+"""
+FILES_LAYER = """
+  - name: invoices_clean
+    from: invoices
+    run: streaming
+    reads: files
+    select: SELECT InvoiceID, CustomerID, TotalAmount FROM invoices
+    keys: [InvoiceID]
 """
 LAYERS = ("paid_orders", "orders_by_status")
 STREAMED = "paid_orders_doubled"
@@ -127,9 +136,14 @@ def test_declared_layers_materialize_after_their_table_with_metadata_and_checks(
 def test_a_streaming_layer_reports_its_run_and_its_check_fails_naming_the_late_rows(
     tmp_path, spark, instance
 ):
-    project = Project(tmp_path, STREAMING_YAML)
+    project = Project(tmp_path, STREAMING_YAML + FILES_LAYER)
     layer = project.defs.get_assets_def("invoice_totals")
     assert layer.dependency_keys == {dg.AssetKey("invoices")}
+    clean = project.defs.get_assets_def("invoices_clean")
+    assert (
+        "over the files that arrived in invoices's folder"
+        in clean.descriptions_by_key[dg.AssetKey("invoices_clean")]
+    )
     files = InvoiceFiles(tmp_path)
     # One batch per file. Spark judges a batch's rows against the watermark the batch
     # before applied: 11:30 from the third batch on.
@@ -137,7 +151,7 @@ def test_a_streaming_layer_reports_its_run_and_its_check_fails_naming_the_late_r
     files.drop(("I3", "C1", "2026-01-01 12:40:00", 1.0))
     files.drop(("I4", "C2", "2026-01-01 10:30:00", 7.0))  # behind the watermark: dropped
 
-    result = dg.materialize([layer], instance=instance, resources=project.defs.resources)
+    result = dg.materialize([layer, clean], instance=instance, resources=project.defs.resources)
     metadata = metadata_of(result, "invoice_totals")
     assert (metadata["run"], metadata["rows_in"], metadata["late_rows_dropped"]) == (
         "streaming",
@@ -155,3 +169,14 @@ def test_a_streaming_layer_reports_its_run_and_its_check_fails_naming_the_late_r
         c for c in result.get_asset_check_evaluations() if c.check_name == "no_late_rows_dropped"
     )
     assert late.description.startswith("1 row arrived behind the watermark")
+
+    # The same files streamed row by row into a row layer, its folder's table never loaded.
+    rows = metadata_of(result, "invoices_clean")
+    assert (rows["run"], rows["batches"], rows["rows_in"], rows["rows_out"]) == (
+        "streaming",
+        3,
+        4,
+        4,
+    )
+    assert "upstream_version_to" not in rows and rows["dagster/row_count"] == 4
+    assert checks_of(result, "invoices_clean") == {"keys_unique": True, "keys_not_null": True}

@@ -203,7 +203,9 @@ def test_a_streaming_layer_loads_with_its_watermark_and_batch_stays_the_default(
     assert streamed_project({**SILVER, "run": "streaming"}).layers[0].streaming
     over_files = {**SILVER, "from": "invoices", "select": "SELECT * FROM invoices"}
     over_files |= {"keys": ["InvoiceID"], "run": "streaming"}
-    assert streamed_project(over_files).layers[0].streaming
+    assert streamed_project(over_files).layers[0].reads == "table"
+    # Or, said so, the folder table's files themselves.
+    assert streamed_project(FILES_SILVER).layers[0].reads == "files"
 
 
 # Over a layer (its change data feed), a max cannot be subtracted when a row goes.
@@ -214,6 +216,14 @@ OVER_SILVER_MAX = {
 }
 
 
+FILES_SILVER = {
+    "name": "invoices_clean",
+    "from": "invoices",
+    "run": "streaming",
+    "reads": "files",
+    "select": "SELECT InvoiceID, TotalAmount FROM invoices",
+    "keys": ["InvoiceID"],
+}
 NO_SCHEMA = {**INVOICES, "source": {**INVOICES["source"], "format": "parquet", "schema": None}}
 
 
@@ -236,6 +246,15 @@ NO_SCHEMA = {**INVOICES, "source": {**INVOICES["source"], "format": "parquet", "
             "runs in batch only",
         ),
         ({**STREAMED}, NO_SCHEMA, "run", "give that table's source.schema"),
+        ({**FILES_SILVER, "run": "batch"}, INVOICES, "reads", "set run: streaming"),
+        ({**FILES_SILVER, "reads": "folder"}, INVOICES, "reads", "'table' or 'files'"),
+        (
+            {**FILES_SILVER, "from": "orders", "select": "SELECT * FROM orders"},
+            INVOICES,
+            "reads",
+            "'orders' is a table read from delta",
+        ),
+        (FILES_SILVER, NO_SCHEMA, "run", "give that table's source.schema"),
     ],
 )
 def test_a_bad_streaming_declaration_is_one_problem_naming_the_layer_and_field(

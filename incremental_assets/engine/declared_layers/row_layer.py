@@ -130,7 +130,9 @@ def _check_key_columns(layer: RowLayerSpec, rows: DataFrame) -> None:
         )
 
 
-def check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
+def check_keys(layer: RowLayerSpec, rows: DataFrame, fix: str | None = None) -> None:
+    """Raise a :class:`LayerError` naming up to three keys the select gives more than one
+    row for (``fix``: what to change, when not the batch layer's)."""
     keys = [F.col(quote(k)) for k in layer.keys]
     twice = rows.groupBy(*keys).count().filter("count > 1").limit(3).collect()
     if twice:
@@ -139,7 +141,8 @@ def check_keys(layer: RowLayerSpec, rows: DataFrame) -> None:
             layer.name,
             "keys",
             f"the select gives more than one row for a key ({sample})",
-            "add the columns that tell those rows apart to keys, make the select give one "
+            fix
+            or "add the columns that tell those rows apart to keys, make the select give one "
             "row per key, or keep the newest row of a key with newest.by",
         )
 

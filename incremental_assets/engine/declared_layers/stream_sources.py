@@ -62,15 +62,24 @@ def streamed_rows(
 
 
 def read_folder(
-    spark: SparkSession, inputs: LayerInputs, checkpoint: CheckpointState, location: str
+    spark: SparkSession,
+    inputs: LayerInputs,
+    checkpoint: CheckpointState,
+    location: str,
+    one_file_per_batch: bool = False,
 ) -> DataFrame:
     """The upstream's folder as a stream of rows, with the declared schema, zone-less
     times read in the source's zone. A malformed CSV or JSON row fails the run (Spark's
     FAILFAST; ``source.options.mode`` chooses otherwise), as a stream cannot quarantine a
-    file it has half read."""
+    file it has half read. ``one_file_per_batch``: each batch reads one file, oldest first,
+    unless ``source.options`` paces batches otherwise (maxFilesPerTrigger,
+    maxBytesPerTrigger)."""
     layer, source = inputs.layer, inputs.source
     assert source is not None
     options = {"mode": "FAILFAST"} if source.format in ("csv", "json") else {}
+    paced = {k.lower() for k in source.options} & {"maxfilespertrigger", "maxbytespertrigger"}
+    if one_file_per_batch and not paced:
+        options["maxFilesPerTrigger"] = "1"
     options |= dict(source.options)
     if source.landing is not None and source.landing.pattern:
         options["pathGlobFilter"] = source.landing.pattern

@@ -1,10 +1,16 @@
 """A streaming row layer (``kind: row``, ``run: streaming``): one Structured Streaming
-query per run over the upstream's Delta table, ``trigger(availableNow=True)``; each
-micro-batch's changes go through the layer's SELECT and are merged into the layer's Delta
-table by its keys, exactly once.
+query per run over the upstream's Delta table (or, ``reads: files``, the upstream table's
+folder of files), ``trigger(availableNow=True)``; each micro-batch's changes go through the
+layer's SELECT and are merged into the layer's Delta table by its keys, exactly once.
 
-What a batch holds depends on the upstream (engine/declared_layers/stream_sources.py):
+What a batch holds depends on what the query reads (engine/declared_layers/stream_sources.py):
 
+- with ``reads: files``, the **new files of the upstream table's folder** (a table whose
+  source is a folder of CSV, JSON or Parquet files), read with the declared schema as they
+  arrive: the SELECT over their rows, upserted by key. The folder's table need not be
+  loaded at all: the layer is that folder streamed into Delta (Spark's file source keeps
+  the files it read in the checkpoint). Rows of one key in one batch fail the run, naming
+  the key: the files of a batch have no order to choose between them;
 - its **change data feed** (every layer records one; a table where
   ``delta.enableChangeDataFeed`` is set): for each upstream key the batch changed, the row
   as the batch's first change found it (an update's old row, a deleted row; none when the
@@ -25,7 +31,7 @@ with the declaration before it starts (engine/streaming/checkpoint.py).
 
 The run's result counts the rows its commits inserted, updated and deleted (from the
 commits' own metrics) and the upstream version it covered (from the query's last offset):
-the version the reconciliation check counts the SELECT at.
+the version the reconciliation check counts the SELECT at (none for files).
 """
 
 from __future__ import annotations
@@ -42,7 +48,12 @@ from pyspark.sql import functions as F
 from incremental_assets.engine.declared_layers.commit import write_rows
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.declared_layers.row_layer import check_keys, layer_rows, select_rows
-from incremental_assets.engine.declared_layers.stream_sources import FEED_COLUMNS, table_stream
+from incremental_assets.engine.declared_layers.stream_sources import (
+    FEED_COLUMNS,
+    StreamedRows,
+    read_folder,
+    table_stream,
+)
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.streaming.batches import stream_app_id
@@ -53,6 +64,7 @@ from incremental_assets.engine.streaming.checkpoint import (
     check_matches,
     checkpoint_location,
     declared_query,
+    folder_query,
     query_id_of,
     read_checkpoint,
 )
@@ -60,6 +72,7 @@ from incremental_assets.engine.streaming.progress import StreamResult, summarize
 from incremental_assets.engine.streaming.query import run_available_now
 from incremental_assets.engine.transforms import quote
 from incremental_assets.specs.layers import RowLayerSpec
+from incremental_assets.specs.models import SourceSpec
 
 _FIRST, _LAST = "_ia_first_change", "_ia_last_change"
 # A change's place within its commit: an update's old row (and a delete) before its new row.
@@ -75,16 +88,29 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     assert isinstance(layer, RowLayerSpec) and layer.streaming
     location = checkpoint_location(target)
     checkpoint = read_checkpoint(spark, location, target)
-    source = table_stream(spark, inputs)
+    if layer.reads == "files":
+        # A file at a time (unless source.options pace otherwise): a later file's row of a
+        # key then replaces an earlier file's, as files arrived.
+        rows = read_folder(spark, inputs, checkpoint, location, one_file_per_batch=True)
+        source = StreamedRows(rows, folder_query(_folder(inputs)))
+        upstream_version = None
+        empty = spark.createDataFrame([], source.rows.schema)
+    else:
+        source = table_stream(spark, inputs)
+        upstream_version = inputs.upstream.open().version()
+        empty = inputs.upstream.to_spark(spark, version=upstream_version).limit(0)
     declared = declared_query(layer, source.query)
     check_matches(layer, target, location, checkpoint, declared)
     # The select analysed (and its keys checked) before the query starts: an error names
     # the layer rather than surfacing from inside a batch.
-    upstream_version = inputs.upstream.open().version()
-    layer_rows(spark, inputs, inputs.upstream.to_spark(spark, version=upstream_version).limit(0))
+    layer_rows(spark, inputs, empty)
     before = target.current_version()
     write = merge_row_batches(
-        inputs, location, json.dumps(declared, sort_keys=True), changes=source.signed
+        inputs,
+        location,
+        json.dumps(declared, sort_keys=True),
+        changes=source.signed,
+        files=layer.reads == "files",
     )
     query_id, reports = run_available_now(layer.name, source.rows, write, location)
     after = target.current_version()
@@ -92,19 +118,29 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     return replace(
         result,
         rows_out=rows_written(target, before, after),
-        upstream_version=covered_version(reports, upstream_version),
+        upstream_version=None
+        if upstream_version is None
+        else covered_version(reports, upstream_version),
     )
 
 
+def _folder(inputs: LayerInputs) -> SourceSpec:
+    source = inputs.source
+    assert source is not None and source.streams_files, "the loader checks reads: files"
+    return source
+
+
 def merge_row_batches(
-    inputs: LayerInputs, checkpoint: str, declared: str, changes: bool
+    inputs: LayerInputs, checkpoint: str, declared: str, changes: bool, files: bool = False
 ) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function: a batch of upstream rows (``changes``: of change
-    data feed rows) through the select, merged by the layer's keys as the idempotent write
-    of its batch id, recording ``declared`` (the query, as JSON)."""
+    data feed rows; ``files``: of a folder's files) through the select, merged by the
+    layer's keys as the idempotent write of its batch id, recording ``declared`` (the
+    query, as JSON)."""
     layer = inputs.layer
     keys = [quote(k) for k in layer.keys_of_layer]
     found: dict[str, str] = {}
+    fix = _FILES_FIX if files else None
 
     def write(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -119,7 +155,7 @@ def merge_row_batches(
             return
         before, after = images(batch, inputs.upstream_keys) if changes else (None, batch)
         rows = layer_rows(spark, inputs, after)
-        check_keys(layer, rows)
+        check_keys(layer, rows, fix)
         gone = None if before is None else select_rows(spark, inputs, before).select(*keys)
         record = {"layer": layer.name, QUERY: declared, QUERY_ID: query_id, BATCH_ID: batch_id}
         commit = {
@@ -130,6 +166,13 @@ def merge_row_batches(
         write_rows(spark, inputs, rows, gone, commit, schema_evolution=True)
 
     return write
+
+
+_FILES_FIX = (
+    "make the select give one row per key of a file: a batch reads one file (unless "
+    "source.options.maxFilesPerTrigger or maxBytesPerTrigger say more), and a later file's "
+    "row of a key replaces an earlier file's"
+)
 
 
 def images(changes: DataFrame, keys: Sequence[str]) -> tuple[DataFrame, DataFrame]:

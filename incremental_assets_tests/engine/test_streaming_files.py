@@ -1,0 +1,183 @@
+"""A streaming row layer that reads its upstream table's folder of files (``reads: files``,
+engine/declared_layers/streaming_rows.py): the folder streamed straight into Delta by a
+Structured Streaming query, its select applied to each batch of new files and merged by
+key, without the folder's table ever being loaded. New files only are read; a corrected
+row in a later file updates its key (a batch reads one file, oldest first); a run with no
+new file commits nothing; a run killed with SIGKILL right after a batch's MERGE resumes
+with nothing lost or doubled; rows of one key in one batch fail the run naming the key; a
+changed select is refused until the reset."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
+from incremental_assets.engine.errors import LayerError, StreamCheckpointError
+from incremental_assets.engine.faults import CRASH_ENV
+from incremental_assets.engine.streaming.checkpoint import reset
+from incremental_assets.specs import load_project
+from incremental_assets_tests.builders import CHILD_SPARK_CONF
+
+SELECT = (
+    "SELECT InvoiceID, CustomerID, CAST(TotalAmount AS DECIMAL(12, 2)) AS amount "
+    "FROM invoices WHERE TotalAmount > 0"
+)
+PROJECT = f"""
+warehouse: {{root: ./warehouse}}
+tables:
+  - name: invoices
+    source:
+      format: csv
+      path: ./landing/invoices
+      schema: "InvoiceID STRING, CustomerID STRING, InvoiceDate TIMESTAMP, TotalAmount DOUBLE"
+      options: {{header: "true"}}
+      landing: {{}}
+    strategy: append
+    partitioning: {{granularity: daily, start: 2026-01-01}}
+layers:
+  - name: invoices_clean
+    from: invoices
+    run: streaming
+    reads: files
+    select: {SELECT}
+    keys: [InvoiceID]
+"""
+HEADER = "InvoiceID,CustomerID,InvoiceDate,TotalAmount\n"
+
+
+class Folder:
+    """The landing folder of invoice files and the streaming layer after it."""
+
+    def __init__(self, spark, root: Path, project: str = PROJECT):
+        (root / "tables.yaml").write_text(project)
+        self.spark, self.root = spark, root
+        self.folder = root / "landing" / "invoices"
+        self.folder.mkdir(parents=True)
+        self.dropped = 0
+        self.project = load_project(root / "tables.yaml")
+        self.inputs = layer_inputs(self.project, self.project.layer("invoices_clean"))
+
+    def drop(self, name: str, *lines: str) -> None:
+        """Write a file elsewhere, then move it in (as a landing folder should be fed),
+        each file 10 s newer than the one before (Spark reads files oldest first)."""
+        staged = self.root / name
+        staged.write_text(HEADER + "".join(f"{line}\n" for line in lines))
+        self.dropped += 1
+        stamp = 1_790_000_000 + 10 * self.dropped
+        os.utime(staged, (stamp, stamp))
+        staged.rename(self.folder / name)
+
+    def run(self):
+        return stream_layer(self.spark, self.inputs)
+
+    def rows(self) -> list[tuple]:
+        frame = self.spark.read.format("delta").load(self.inputs.target.spark_path)
+        return sorted((r.InvoiceID, r.CustomerID, float(r.amount)) for r in frame.collect())
+
+    def commits(self) -> list[str]:
+        return [h["operation"] for h in self.inputs.target.open().history()]
+
+
+def test_new_files_stream_into_the_layer_by_key_without_loading_the_table(spark, tmp_path):
+    folder = Folder(spark, tmp_path)
+    folder.drop(
+        "a.csv",
+        "I1,C1,2026-01-01 10:00:00,5.5",
+        "I2,C2,2026-01-01 10:05:00,3",
+        "I3,C1,2026-01-01 10:07:00,0",  # the select's filter drops it
+    )
+    first = folder.run()
+    assert (first.batches, first.rows_in, first.committed) == (1, 3, True)
+    assert folder.rows() == [("I1", "C1", 5.5), ("I2", "C2", 3.0)]
+    assert first.rows_out == 2 and first.upstream_version is None
+    assert first.offsets_to is not None and first.checkpoint.endswith("invoices_clean__checkpoint")
+    # The layer read the folder itself: the folder's table was never loaded.
+    assert not folder.inputs.upstream.exists()
+
+    version = folder.inputs.target.open().version()
+    idle = folder.run()
+    assert (idle.batches, idle.committed) == (0, False)
+    assert folder.inputs.target.open().version() == version
+
+    # A later file corrects I2 and adds I4: only that file is read, I2 is updated.
+    folder.drop("b.csv", "I2,C2,2026-01-01 10:05:00,4.25", "I4,C3,2026-01-01 11:00:00,1")
+    second = folder.run()
+    assert (second.batches, second.rows_in, second.rows_out) == (1, 2, 2)
+    assert folder.rows() == [("I1", "C1", 5.5), ("I2", "C2", 4.25), ("I4", "C3", 1.0)]
+    assert folder.commits().count("MERGE") == 1
+
+    # Two files with a row of one key: a batch a file, the later file's row wins.
+    folder.drop("c.csv", "I5,C1,2026-01-01 12:00:00,2", "I6,C2,2026-01-01 12:01:00,6")
+    folder.drop("d.csv", "I5,C1,2026-01-01 12:00:00,9")
+    third = folder.run()
+    assert (third.batches, third.rows_in, third.batch_ids) == (2, 3, (2, 3))
+    assert folder.rows()[-2:] == [("I5", "C1", 9.0), ("I6", "C2", 6.0)]
+
+    # A changed select is the old checkpoint's no more: refused, nothing written, until
+    # the reset, after which every file is read anew.
+    changed = PROJECT.replace("WHERE TotalAmount > 0", "WHERE TotalAmount > 2")
+    (tmp_path / "tables.yaml").write_text(changed)
+    project = load_project(tmp_path / "tables.yaml")
+    inputs = layer_inputs(project, project.layer("invoices_clean"))
+    version = inputs.target.open().version()
+    with pytest.raises(StreamCheckpointError) as caught:
+        stream_layer(spark, inputs)
+    text = str(caught.value)
+    assert "field 'select'" in text and "incremental-assets reset-layer invoices_clean" in text
+    assert inputs.target.open().version() == version
+    reset(spark, inputs.target)
+    again = stream_layer(spark, inputs)
+    assert (again.batches, again.rows_in) == (4, 8)
+    rows = spark.read.format("delta").load(inputs.target.spark_path).collect()
+    assert sorted((r.InvoiceID, float(r.amount)) for r in rows) == [
+        ("I1", 5.5),
+        ("I2", 4.25),
+        ("I5", 9.0),
+        ("I6", 6.0),
+    ]
+
+
+CHILD = """
+import sys
+from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
+from incremental_assets.engine.spark_session import local_session
+from incremental_assets.specs import load_project
+project = load_project(sys.argv[1])
+spark = local_session(**dict(arg.split("=", 1) for arg in sys.argv[2:]))
+stream_layer(spark, layer_inputs(project, project.layer("invoices_clean")))
+"""
+
+
+def test_a_run_killed_after_a_batch_merged_resumes_with_nothing_lost_or_doubled(spark, tmp_path):
+    folder = Folder(spark, tmp_path)
+    folder.drop("a.csv", "I1,C1,2026-01-01 10:00:00,5", "I2,C2,2026-01-01 10:05:00,3")
+    folder.run()
+    folder.drop("b.csv", "I1,C1,2026-01-01 10:00:00,7", "I3,C3,2026-01-01 10:09:00,1")
+    conf = [f"{k}={v}" for k, v in CHILD_SPARK_CONF.items()]
+    env = {**os.environ, CRASH_ENV: "after_commit", "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g"}
+    command = [sys.executable, "-c", CHILD, str(tmp_path / "tables.yaml"), *conf]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -9, done.stderr[-3000:]  # killed inside batch 1, after its MERGE
+    assert folder.commits().count("MERGE") == 1  # merged; the checkpoint does not know
+
+    resumed = folder.run()
+    # Batch 1 read b.csv again and its write was skipped: still one MERGE, and exact.
+    assert resumed.batch_ids == (1, 1) and resumed.rows_in == 2 and not resumed.committed
+    assert folder.commits().count("MERGE") == 1
+    assert folder.rows() == [("I1", "C1", 7.0), ("I2", "C2", 3.0), ("I3", "C3", 1.0)]
+
+
+def test_rows_of_one_key_in_one_batch_fail_the_run_naming_the_key(spark, tmp_path):
+    folder = Folder(spark, tmp_path)
+    folder.drop("a.csv", "I1,C1,2026-01-01 10:00:00,5", "I1,C1,2026-01-01 10:00:00,6")
+    with pytest.raises(LayerError) as caught:
+        folder.run()
+    text = str(caught.value)
+    assert "layer 'invoices_clean'" in text and "more than one row for a key" in text
+    assert "'I1'" in text
+    assert not folder.inputs.target.exists()
