@@ -301,8 +301,8 @@ def _check_streamed_source(
     tables: list[TableSpec],
     problems: list[tuple[str | None, str, str]],
 ) -> None:
-    """A streaming layer reads its upstream table's folder of files as they arrive, with
-    the declared schema (a stream cannot infer one per run: its state would not fit), or,
+    """A streaming layer reads its upstream table's folder of files as they arrive (with
+    the declared schema, or one its first run infers and keeps), or,
     after a layer or a table whose source is not a folder of files, the upstream's Delta
     table: a layer's change data feed, whose updates and deletes the aggregates subtract
     (so only sum and count)."""
@@ -320,34 +320,20 @@ def _check_streamed_source(
                     "the upstream's Delta table)",
                 )
             )
-            return
-        if layer.reads != "files":
-            return  # it reads the upstream's Delta table, whatever fills it
-    if spec is None or not spec.source.streams_files:
-        if spec is None and isinstance(layer, AggregateLayerSpec):
-            kept = [a.name for a in layer.aggregates if a.function not in RETRACTABLE]
-            if kept:
-                problems.append(
-                    (
-                        label,
-                        "aggregates",
-                        f"{', '.join(kept)}: a streaming layer after the layer "
-                        f"'{layer.upstream}' reads its change data feed and subtracts the "
-                        "rows an update or a delete replaced; only sum and count can be "
-                        "subtracted: use them, or set run: batch",
-                    )
+        return  # by default it reads the upstream's Delta table, whatever fills it
+    if spec is None and isinstance(layer, AggregateLayerSpec):
+        kept = [a.name for a in layer.aggregates if a.function not in RETRACTABLE]
+        if kept:
+            problems.append(
+                (
+                    label,
+                    "aggregates",
+                    f"{', '.join(kept)}: a streaming layer after the layer "
+                    f"'{layer.upstream}' reads its change data feed and subtracts the "
+                    "rows an update or a delete replaced; only sum and count can be "
+                    "subtracted: use them, or set run: batch",
                 )
-        return
-    if spec.source.schema_ddl is None:
-        problems.append(
-            (
-                label,
-                "run",
-                f"a streaming layer reads '{spec.name}''s files with the declared schema: "
-                f"give that table's source.schema (Spark DDL, e.g. 'InvoiceID STRING, "
-                "InvoiceDate TIMESTAMP, TotalAmount DOUBLE'), or set run: batch",
             )
-        )
 
 
 def _storage(spec: TableSpec, target: str) -> Storage:

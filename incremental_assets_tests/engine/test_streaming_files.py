@@ -181,3 +181,55 @@ def test_rows_of_one_key_in_one_batch_fail_the_run_naming_the_key(spark, tmp_pat
     assert "layer 'invoices_clean'" in text and "more than one row for a key" in text
     assert "'I1'" in text
     assert not folder.inputs.target.exists()
+
+
+PARQUET = """
+warehouse: {root: ./warehouse}
+tables:
+  - name: readings
+    source: {format: parquet, path: ./landing/readings, landing: {}}
+    strategy: append
+    partitioning: {granularity: daily, start: 2026-01-01}
+layers:
+  - name: readings_clean
+    from: readings
+    run: streaming
+    reads: files
+    select: SELECT sensor, value FROM readings WHERE value IS NOT NULL
+    keys: [sensor]
+"""
+
+
+def test_without_a_declared_schema_the_first_run_infers_one_and_keeps_it(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "tables.yaml").write_text(PARQUET)
+    folder = tmp_path / "landing" / "readings"
+    folder.mkdir(parents=True)
+    project = load_project(tmp_path / "tables.yaml")
+    inputs = layer_inputs(project, project.layer("readings_clean"))
+
+    def drop(name: str, stamp: int, **columns) -> None:
+        staged = tmp_path / name
+        pq.write_table(pa.table(columns), staged)
+        os.utime(staged, (stamp, stamp))
+        staged.rename(folder / name)
+
+    # No file yet: nothing to infer a schema from, nothing read, nothing written.
+    empty = stream_layer(spark, inputs)
+    assert (empty.batches, empty.committed) == (0, False) and not inputs.target.exists()
+
+    drop("a.parquet", 1_790_000_000, sensor=["s1", "s2"], value=[1.5, None])
+    first = stream_layer(spark, inputs)
+    assert (first.batches, first.rows_in, first.rows_out) == (1, 2, 1)
+    record = inputs.target.open().history(1)[0]
+    assert "sensor STRING" in str(record) and "value DOUBLE" in str(record)
+
+    # A later file with a column more: read with the kept schema, as every batch before.
+    drop("b.parquet", 1_790_000_010, sensor=["s2"], value=[2.5], extra=["x"])
+    second = stream_layer(spark, inputs)
+    assert (second.batches, second.rows_in) == (1, 1)
+    rows = spark.read.format("delta").load(inputs.target.spark_path)
+    assert rows.columns == ["sensor", "value"]
+    assert sorted(tuple(r) for r in rows.collect()) == [("s1", 1.5), ("s2", 2.5)]

@@ -17,6 +17,7 @@ Each reader also gives the entries of the declared query that name what it reads
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
@@ -27,7 +28,12 @@ from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.delta_lake.io import spark_uri
 from incremental_assets.engine.errors import LayerError, StreamCheckpointError
 from incremental_assets.engine.sources.delta_log import change_feed_enabled
-from incremental_assets.engine.streaming.checkpoint import CheckpointState, folder_query
+from incremental_assets.engine.streaming.checkpoint import (
+    QUERY,
+    CheckpointState,
+    folder_query,
+    last_stream_commit,
+)
 from incremental_assets.engine.transforms import to_utc_instants
 from incremental_assets.specs.layers import RETRACTABLE, AggregateLayerSpec
 
@@ -52,13 +58,65 @@ class StreamedRows:
 
 def streamed_rows(
     spark: SparkSession, inputs: LayerInputs, checkpoint: CheckpointState, location: str
-) -> StreamedRows:
-    """The stream the layer's query reads."""
+) -> StreamedRows | None:
+    """The stream the layer's query reads (None: a folder without a schema declared or
+    kept, and no file yet to infer one from: nothing to read)."""
     source = inputs.source
     if source is not None and source.streams_files:
-        query = folder_query(source)
-        return StreamedRows(read_folder(spark, inputs, checkpoint, location), query)
+        return folder_stream(spark, inputs, checkpoint, location)
     return read_table(spark, inputs)
+
+
+def folder_stream(
+    spark: SparkSession,
+    inputs: LayerInputs,
+    checkpoint: CheckpointState,
+    location: str,
+    one_file_per_batch: bool = False,
+) -> StreamedRows | None:
+    """The upstream's folder as a stream (:func:`read_folder`) with the schema of
+    :func:`folder_schema` (None: no schema yet and no file to infer one from)."""
+    source = inputs.source
+    assert source is not None and source.streams_files
+    schema = folder_schema(spark, inputs, checkpoint, location)
+    if schema is None:
+        return None
+    rows = read_folder(spark, inputs, checkpoint, location, schema, one_file_per_batch)
+    return StreamedRows(rows, folder_query(source, schema))
+
+
+def folder_schema(
+    spark: SparkSession, inputs: LayerInputs, checkpoint: CheckpointState, location: str
+) -> str | None:
+    """The schema (Spark DDL) the layer's stream reads its folder with: ``source.schema``;
+    without one, the schema its first run inferred, kept in the layer's commits (the
+    recorded query's ``source.schema``: inferred once, so that every batch, and the
+    query's state, sees the same columns); else inferred now from the folder's files as a
+    batch read of the table's source would (a CSV header's columns as text unless
+    ``source.options.inferSchema``; every Parquet footer). None: no file yet."""
+    source = inputs.source
+    assert source is not None
+    if source.schema_ddl is not None:
+        return str(source.schema_ddl)
+    record = last_stream_commit(inputs.target)
+    kept = json.loads(str(record[QUERY])).get("source.schema") if record else None
+    if kept:
+        return str(kept)
+    options = dict(source.options)
+    if source.format == "csv":
+        options.setdefault("header", "true")
+    if source.format == "parquet":
+        options.setdefault("mergeSchema", "true")
+    if source.landing is not None and source.landing.pattern:
+        options["pathGlobFilter"] = source.landing.pattern
+    path = spark_uri(str(source.path))
+    try:
+        schema = spark.read.format(source.format).options(**options).load(path).schema
+    except AnalysisException as exc:
+        if "UNABLE_TO_INFER_SCHEMA" in str(exc):
+            return None
+        raise _unreadable(inputs, checkpoint, location, path, exc) from None
+    return schema.toDDL() if schema.fields else None
 
 
 def read_folder(
@@ -66,15 +124,15 @@ def read_folder(
     inputs: LayerInputs,
     checkpoint: CheckpointState,
     location: str,
+    schema: str,
     one_file_per_batch: bool = False,
 ) -> DataFrame:
-    """The upstream's folder as a stream of rows, with the declared schema, zone-less
-    times read in the source's zone. A malformed CSV or JSON row fails the run (Spark's
-    FAILFAST; ``source.options.mode`` chooses otherwise), as a stream cannot quarantine a
-    file it has half read. ``one_file_per_batch``: each batch reads one file, oldest first,
-    unless ``source.options`` paces batches otherwise (maxFilesPerTrigger,
-    maxBytesPerTrigger)."""
-    layer, source = inputs.layer, inputs.source
+    """The upstream's folder as a stream of rows, with ``schema``, zone-less times read in
+    the source's zone. A malformed CSV or JSON row fails the run (Spark's FAILFAST;
+    ``source.options.mode`` chooses otherwise), as a stream cannot quarantine a file it
+    has half read. ``one_file_per_batch``: each batch reads one file, oldest first, unless
+    ``source.options`` paces batches otherwise (maxFilesPerTrigger, maxBytesPerTrigger)."""
+    source = inputs.source
     assert source is not None
     options = {"mode": "FAILFAST"} if source.format in ("csv", "json") else {}
     paced = {k.lower() for k in source.options} & {"maxfilespertrigger", "maxbytespertrigger"}
@@ -85,29 +143,33 @@ def read_folder(
         options["pathGlobFilter"] = source.landing.pattern
     path = spark_uri(str(source.path))
     try:
-        rows = (
-            spark.readStream.format(source.format)
-            .schema(str(source.schema_ddl))
-            .options(**options)
-            .load(path)
-        )
+        rows = spark.readStream.format(source.format).schema(schema).options(**options).load(path)
         _ = rows.columns  # analysed now (Spark Connect analyses lazily)
     except AnalysisException as exc:
-        if checkpoint.query_id is not None:
-            raise StreamCheckpointError(
-                layer.name,
-                "from",
-                location,
-                f"the folder {path} of '{layer.upstream}' that the checkpoint was made for "
-                f"cannot be read: {_first_line(exc)}",
-            ) from None
-        raise LayerError(
+        raise _unreadable(inputs, checkpoint, location, path, exc) from None
+    return rows.transform(to_utc_instants(source.timezone))
+
+
+def _unreadable(
+    inputs: LayerInputs, checkpoint: CheckpointState, location: str, path: str, exc: Exception
+) -> LayerError:
+    """The error for a folder the stream cannot read: the checkpoint's folder gone, or a
+    folder to create or correct."""
+    layer = inputs.layer
+    if checkpoint.query_id is not None:
+        return StreamCheckpointError(
             layer.name,
             "from",
-            f"the folder {path} of '{layer.upstream}' cannot be read: {_first_line(exc)}",
-            f"create the folder, or correct source.path of '{layer.upstream}'",
-        ) from None
-    return rows.transform(to_utc_instants(source.timezone))
+            location,
+            f"the folder {path} of '{layer.upstream}' that the checkpoint was made for "
+            f"cannot be read: {_first_line(exc)}",
+        )
+    return LayerError(
+        layer.name,
+        "from",
+        f"the folder {path} of '{layer.upstream}' cannot be read: {_first_line(exc)}",
+        f"create the folder, or correct source.path of '{layer.upstream}'",
+    )
 
 
 def table_stream(spark: SparkSession, inputs: LayerInputs) -> StreamedRows:

@@ -69,6 +69,8 @@ def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     location = checkpoint_location(target)
     checkpoint = read_checkpoint(spark, location, target)
     source = streamed_rows(spark, inputs, checkpoint, location)
+    if source is None:  # no file yet to infer the folder's schema from: nothing to read
+        return StreamResult(location, version=target.current_version())
     declared = declared_query(layer, source.query)
     check_matches(layer, target, location, checkpoint, declared)
     check_columns(layer, source.rows)

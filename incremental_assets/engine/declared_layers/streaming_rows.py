@@ -50,8 +50,7 @@ from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.declared_layers.row_layer import check_keys, layer_rows, select_rows
 from incremental_assets.engine.declared_layers.stream_sources import (
     FEED_COLUMNS,
-    StreamedRows,
-    read_folder,
+    folder_stream,
     table_stream,
 )
 from incremental_assets.engine.delta_lake import commits as delta_commits
@@ -64,7 +63,6 @@ from incremental_assets.engine.streaming.checkpoint import (
     check_matches,
     checkpoint_location,
     declared_query,
-    folder_query,
     query_id_of,
     read_checkpoint,
 )
@@ -72,7 +70,6 @@ from incremental_assets.engine.streaming.progress import StreamResult, summarize
 from incremental_assets.engine.streaming.query import run_available_now
 from incremental_assets.engine.transforms import quote
 from incremental_assets.specs.layers import RowLayerSpec
-from incremental_assets.specs.models import SourceSpec
 
 _FIRST, _LAST = "_ia_first_change", "_ia_last_change"
 # A change's place within its commit: an update's old row (and a delete) before its new row.
@@ -91,9 +88,10 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     if layer.reads == "files":
         # A file at a time (unless source.options pace otherwise): a later file's row of a
         # key then replaces an earlier file's, as files arrived.
-        rows = read_folder(spark, inputs, checkpoint, location, one_file_per_batch=True)
-        source = StreamedRows(rows, folder_query(_folder(inputs)))
-        upstream_version = None
+        files = folder_stream(spark, inputs, checkpoint, location, one_file_per_batch=True)
+        if files is None:  # no file yet to infer the folder's schema from: nothing to read
+            return StreamResult(location, version=target.current_version())
+        source, upstream_version = files, None
         empty = spark.createDataFrame([], source.rows.schema)
     else:
         source = table_stream(spark, inputs)
@@ -122,12 +120,6 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
         if upstream_version is None
         else covered_version(reports, upstream_version),
     )
-
-
-def _folder(inputs: LayerInputs) -> SourceSpec:
-    source = inputs.source
-    assert source is not None and source.streams_files, "the loader checks reads: files"
-    return source
 
 
 def merge_row_batches(

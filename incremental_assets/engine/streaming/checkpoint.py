@@ -71,13 +71,14 @@ def declared_query(layer: LayerSpec, source: Mapping[str, str]) -> dict[str, str
     }
 
 
-def folder_query(source: SourceSpec) -> dict[str, str]:
+def folder_query(source: SourceSpec, schema: str) -> dict[str, str]:
     """A folder of files as a stream reads it: the folder and how its files are read (not
-    the options that only pace batches)."""
+    the options that only pace batches), with ``schema`` (the declared one, or the one
+    inferred and kept)."""
     return {
         "source.path": str(source.path),
         "source.format": source.format,
-        "source.schema": str(source.schema_ddl),
+        "source.schema": schema,
         "source.options": json.dumps(
             {k: v for k, v in sorted(source.options.items()) if k.lower() not in _PACING}
         ),
