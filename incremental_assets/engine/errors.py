@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class IncrementalLoadError(Exception):
     """Base class: a load could not run. Nothing was committed when this is raised."""
@@ -161,6 +163,22 @@ class LayerError(IncrementalLoadError):
         self.fix = fix
         text = f"layer '{layer}', field '{field}': {message}"
         Exception.__init__(self, f"{text} Fix: {fix}" if fix else text)
+
+
+# A LayerError's text as __init__ writes it: what a streaming batch function raised comes
+# back from Spark as text only (through Spark Connect, from another process).
+_LAYER_ERROR = re.compile(
+    r"layer '(?P<layer>[^']+)', field '(?P<field>[^']+)': (?P<message>.*?)(?: Fix: (?P<fix>.*))?$",
+    re.DOTALL,
+)
+
+
+def layer_error_from_text(text: str) -> LayerError | None:
+    """The :class:`LayerError` whose text ``text`` is (None: another text)."""
+    found = _LAYER_ERROR.match(text.strip())
+    if found is None:
+        return None
+    return LayerError(found["layer"], found["field"], found["message"], found["fix"])
 
 
 class StreamCheckpointError(LayerError):

@@ -175,8 +175,9 @@ class RowLayerSpec(_Layer):
         description="run: streaming only. 'table': the query reads the upstream's Delta "
         "table's new commits (its change data feed where it records one); 'files': it "
         "reads the new files of the upstream table's folder (a table whose source is a "
-        "folder of CSV, JSON or Parquet files with source.schema) straight into the "
-        "layer, before (or instead of) any load of that table.",
+        "folder of CSV, JSON or Parquet files; with its source.schema, or the schema the "
+        "first run infers and keeps) straight into the layer, before (or instead of) any "
+        "load of that table.",
     )
 
     @field_validator("select")

@@ -9,17 +9,19 @@ changed select is refused until the reset."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql.types import StructType
 
 from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
 from incremental_assets.engine.errors import LayerError, StreamCheckpointError
 from incremental_assets.engine.faults import CRASH_ENV
-from incremental_assets.engine.streaming.checkpoint import reset
+from incremental_assets.engine.streaming.checkpoint import QUERY, last_stream_commit, reset
 from incremental_assets.specs import load_project
 from incremental_assets_tests.builders import CHILD_SPARK_CONF
 
@@ -60,7 +62,8 @@ class Folder:
         self.folder.mkdir(parents=True)
         self.dropped = 0
         self.project = load_project(root / "tables.yaml")
-        self.inputs = layer_inputs(self.project, self.project.layer("invoices_clean"))
+        if any(layer.name == "invoices_clean" for layer in self.project.layers):
+            self.inputs = layer_inputs(self.project, self.project.layer("invoices_clean"))
 
     def drop(self, name: str, *lines: str) -> None:
         """Write a file elsewhere, then move it in (as a landing folder should be fed),
@@ -178,9 +181,73 @@ def test_rows_of_one_key_in_one_batch_fail_the_run_naming_the_key(spark, tmp_pat
     with pytest.raises(LayerError) as caught:
         folder.run()
     text = str(caught.value)
-    assert "layer 'invoices_clean'" in text and "more than one row for a key" in text
-    assert "'I1'" in text
+    assert "layer 'invoices_clean', field 'keys'" in text and "more than one row for a key" in text
+    assert "'I1'" in text and "rewrite the batch's file" in text
+    assert "incremental-assets reset-layer invoices_clean" in text
     assert not folder.inputs.target.exists()
+
+    # Rewritten in place, the file is read again by the batch that failed.
+    (folder.folder / "a.csv").write_text(HEADER + "I1,C1,2026-01-01 10:00:00,6\n")
+    assert folder.run().batch_ids == (0, 0)
+    assert folder.rows() == [("I1", "C1", 6.0)]
+
+
+def test_a_file_of_no_rows_first_and_a_file_moved_in_late_with_an_old_time_are_followed(
+    spark, tmp_path
+):
+    # No header option: a CSV file's first line is its header, as the batch loads read it.
+    folder = Folder(spark, tmp_path, PROJECT.replace('      options: {header: "true"}\n', ""))
+    folder.drop("a.csv")  # a header and no row
+    empty = folder.run()
+    # The first batch creates the table, empty: the checkpoint and the table go together.
+    assert (empty.batches, empty.rows_in, empty.committed) == (1, 0, True)
+    assert folder.rows() == []
+    folder.drop("b.csv", "I1,C1,2026-01-01 10:00:00,5")
+    assert folder.run().rows_in == 1
+
+    # A file moved in now that was written 30 days before the newest file read (a move
+    # keeps its time): Spark's file source would skip it as too old; it is read.
+    late = tmp_path / "late.csv"
+    late.write_text(HEADER + "I2,C2,2026-01-01 10:05:00,3\n")
+    stamp = 1_790_000_000 - 30 * 86_400
+    os.utime(late, (stamp, stamp))
+    late.rename(folder.folder / "late.csv")
+    assert folder.run().rows_in == 1
+    assert folder.rows() == [("I1", "C1", 5.0), ("I2", "C2", 3.0)]
+
+
+TEXT_TIMES = """
+warehouse: {root: ./warehouse}
+tables:
+  - name: invoices
+    source: {format: csv, path: ./landing/invoices}
+    keys: [InvoiceID]
+    watermark: {column: InvoiceDate, kind: timestamp}
+    strategy: upsert
+    partitioning: {granularity: daily, start: 2026-01-01}
+layers:
+  - name: invoice_totals
+    kind: aggregate
+    from: invoices
+    run: streaming
+    group_by: [CustomerID]
+    window: {column: InvoiceDate, size: 1h, watermark: 1h}
+    aggregates:
+      - {name: total_amount, function: sum, column: TotalAmount}
+"""
+
+
+def test_a_window_over_a_column_inferred_as_text_names_the_schema_to_declare(spark, tmp_path):
+    folder = Folder(spark, tmp_path, TEXT_TIMES)
+    folder.drop("a.csv", "I1,C1,2026-01-01 10:00:00,5")
+    inputs = layer_inputs(folder.project, folder.project.layer("invoice_totals"))
+    with pytest.raises(LayerError) as caught:
+        stream_layer(spark, inputs)
+    text = str(caught.value)
+    assert "layer 'invoice_totals', field 'window.column'" in text
+    assert "'InvoiceDate' is string, not a timestamp" in text
+    assert "declare source.schema of 'invoices' with InvoiceDate TIMESTAMP" in text
+    assert not inputs.target.exists()
 
 
 PARQUET = """
@@ -223,8 +290,9 @@ def test_without_a_declared_schema_the_first_run_infers_one_and_keeps_it(spark, 
     drop("a.parquet", 1_790_000_000, sensor=["s1", "s2"], value=[1.5, None])
     first = stream_layer(spark, inputs)
     assert (first.batches, first.rows_in, first.rows_out) == (1, 2, 1)
-    record = inputs.target.open().history(1)[0]
-    assert "sensor STRING" in str(record) and "value DOUBLE" in str(record)
+    query = json.loads(last_stream_commit(inputs.target)[QUERY])
+    kept = StructType.fromJson(json.loads(query["source.schema"]))
+    assert kept.simpleString() == "struct<sensor:string,value:double>"
 
     # A later file with a column more: read with the kept schema, as every batch before.
     drop("b.parquet", 1_790_000_010, sensor=["s2"], value=[2.5], extra=["x"])

@@ -2,7 +2,8 @@
 upstream's Delta table.
 
 - A table whose source is a folder of CSV, JSON or Parquet files: the folder, with the
-  declared schema (engine/declared_layers/streaming_layer.py says how files are taken).
+  declared schema or the one the layer's first run inferred and kept
+  (engine/declared_layers/streaming_layer.py says how files are taken).
 - Any other upstream (a layer, a table loaded from a database or a Delta source): the
   upstream's Delta table, from its first version. Where the upstream records its change
   data feed (every layer does), the stream reads the feed: an insert or an update's new
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.delta_lake.io import spark_uri
@@ -36,12 +38,15 @@ from incremental_assets.engine.streaming.checkpoint import (
 )
 from incremental_assets.engine.transforms import to_utc_instants
 from incremental_assets.specs.layers import RETRACTABLE, AggregateLayerSpec
+from incremental_assets.specs.models import SourceSpec
 
 # +1 for a row that counts toward its group, -1 for one an update replaced or a delete
 # removed (change data feed only).
 SIGN = "_ia_sign"
 CHANGE_FEED = "change data feed"
 APPENDS = "appended rows"
+# Spark's file source skips files older than this behind the newest it has seen.
+_NO_AGE_LIMIT = "36500d"
 # The change data feed's own columns.
 FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -88,12 +93,13 @@ def folder_stream(
 def folder_schema(
     spark: SparkSession, inputs: LayerInputs, checkpoint: CheckpointState, location: str
 ) -> str | None:
-    """The schema (Spark DDL) the layer's stream reads its folder with: ``source.schema``;
+    """The schema the layer's stream reads its folder with: ``source.schema`` (Spark DDL);
     without one, the schema its first run inferred, kept in the layer's commits (the
-    recorded query's ``source.schema``: inferred once, so that every batch, and the
-    query's state, sees the same columns); else inferred now from the folder's files as a
-    batch read of the table's source would (a CSV header's columns as text unless
-    ``source.options.inferSchema``; every Parquet footer). None: no file yet."""
+    recorded query's ``source.schema``, Spark's JSON form of a schema: inferred once, so
+    that every batch, and the query's state, sees the same columns); else inferred now
+    from the folder's files as a batch read of the table's source would (a CSV header's
+    columns as text unless ``source.options.inferSchema``; every Parquet footer). None:
+    no file yet."""
     source = inputs.source
     assert source is not None
     if source.schema_ddl is not None:
@@ -102,21 +108,52 @@ def folder_schema(
     kept = json.loads(str(record[QUERY])).get("source.schema") if record else None
     if kept:
         return str(kept)
-    options = dict(source.options)
-    if source.format == "csv":
-        options.setdefault("header", "true")
-    if source.format == "parquet":
-        options.setdefault("mergeSchema", "true")
-    if source.landing is not None and source.landing.pattern:
-        options["pathGlobFilter"] = source.landing.pattern
     path = spark_uri(str(source.path))
     try:
-        schema = spark.read.format(source.format).options(**options).load(path).schema
+        reader = spark.read.format(source.format).options(**_reading(source, batch=True))
+        schema = reader.load(path).schema
     except AnalysisException as exc:
         if "UNABLE_TO_INFER_SCHEMA" in str(exc):
             return None
-        raise _unreadable(inputs, checkpoint, location, path, exc) from None
-    return schema.toDDL() if schema.fields else None
+        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+            raise _unreadable(inputs, checkpoint, location, path, exc) from None
+        layer = inputs.layer
+        raise LayerError(
+            layer.name,
+            "from",
+            f"the schema of the files in {path} of '{layer.upstream}' cannot be inferred: "
+            f"{_first_line(exc)}",
+            f"declare source.schema of '{layer.upstream}' (Spark DDL), or rewrite the files "
+            "whose columns disagree",
+        ) from None
+    return schema.json() if schema.fields else None
+
+
+def _reading(source: SourceSpec, batch: bool = False) -> dict[str, str]:
+    """The reader options of a folder's files: a CSV file's first line is its header and
+    (a stream) a malformed CSV or JSON row fails the run, as the batch loads read them;
+    no file is skipped for its age (Spark's file source skips a file 7 days older than
+    the newest it has seen, ``maxFileAge``: a file moved in keeps its time); Parquet
+    footers merged (a batch inference); the landing pattern; then ``source.options``."""
+    options: dict[str, str] = {}
+    if source.format == "csv":
+        options["header"] = "true"
+    if source.format in ("csv", "json") and not batch:
+        options["mode"] = "FAILFAST"
+    if source.format == "parquet" and batch:
+        options["mergeSchema"] = "true"
+    if not batch:
+        options["maxFileAge"] = _NO_AGE_LIMIT
+    options |= dict(source.options)
+    if source.landing is not None and source.landing.pattern:
+        options["pathGlobFilter"] = source.landing.pattern
+    return options
+
+
+def as_schema(text: str) -> str | StructType:
+    """A schema as :func:`folder_schema` gives it, for a reader: DDL text, or a kept
+    inferred schema (JSON)."""
+    return StructType.fromJson(json.loads(text)) if text.lstrip().startswith("{") else text
 
 
 def read_folder(
@@ -127,23 +164,22 @@ def read_folder(
     schema: str,
     one_file_per_batch: bool = False,
 ) -> DataFrame:
-    """The upstream's folder as a stream of rows, with ``schema``, zone-less times read in
-    the source's zone. A malformed CSV or JSON row fails the run (Spark's FAILFAST;
-    ``source.options.mode`` chooses otherwise), as a stream cannot quarantine a file it
-    has half read. ``one_file_per_batch``: each batch reads one file, oldest first, unless
-    ``source.options`` paces batches otherwise (maxFilesPerTrigger, maxBytesPerTrigger)."""
+    """The upstream's folder as a stream of rows, with ``schema`` (:func:`folder_schema`),
+    zone-less times read in the source's zone. A malformed CSV or JSON row fails the run
+    (Spark's FAILFAST; ``source.options.mode`` chooses otherwise), as a stream cannot
+    quarantine a file it has half read. ``one_file_per_batch``: each batch reads one
+    file, oldest first, unless ``source.options`` paces batches otherwise
+    (maxFilesPerTrigger, maxBytesPerTrigger)."""
     source = inputs.source
     assert source is not None
-    options = {"mode": "FAILFAST"} if source.format in ("csv", "json") else {}
+    options = _reading(source)
     paced = {k.lower() for k in source.options} & {"maxfilespertrigger", "maxbytespertrigger"}
     if one_file_per_batch and not paced:
         options["maxFilesPerTrigger"] = "1"
-    options |= dict(source.options)
-    if source.landing is not None and source.landing.pattern:
-        options["pathGlobFilter"] = source.landing.pattern
     path = spark_uri(str(source.path))
     try:
-        rows = spark.readStream.format(source.format).schema(schema).options(**options).load(path)
+        reader = spark.readStream.format(source.format).schema(as_schema(schema))
+        rows = reader.options(**options).load(path)
         _ = rows.columns  # analysed now (Spark Connect analyses lazily)
     except AnalysisException as exc:
         raise _unreadable(inputs, checkpoint, location, path, exc) from None

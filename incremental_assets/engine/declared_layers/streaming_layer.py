@@ -29,12 +29,14 @@ import json
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from incremental_assets.engine.declared_layers.aggregate_layer import check_columns, measure
 from incremental_assets.engine.declared_layers.commit import NEW_TABLE_OPTIONS
 from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.declared_layers.stream_sources import SIGN, streamed_rows
 from incremental_assets.engine.declared_layers.streaming_rows import stream_row_layer
+from incremental_assets.engine.errors import LayerError
 from incremental_assets.engine.streaming.batches import HELD, merge_batches
 from incremental_assets.engine.streaming.checkpoint import (
     check_matches,
@@ -74,6 +76,7 @@ def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     declared = declared_query(layer, source.query)
     check_matches(layer, target, location, checkpoint, declared)
     check_columns(layer, source.rows)
+    check_event_time(layer, source.rows)
     groups = windowed_aggregates(layer, source.rows, signed=source.signed)
     text = json.dumps(declared, sort_keys=True)
     before = target.current_version()
@@ -91,6 +94,25 @@ def stream_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
     query_id, reports = run_available_now(layer.name, groups, write, location)
     after = target.current_version()
     return summarize(location, query_id, reports, after, committed=after != before)
+
+
+def check_event_time(layer: AggregateLayerSpec, rows: DataFrame) -> None:
+    """Refuse a window column that is not a timestamp (a CSV column read as text, when the
+    folder's schema was inferred from its header): Spark's watermark needs event times."""
+    assert layer.window is not None
+    column = layer.window.column.lower()
+    kind = next(f.dataType for f in rows.schema.fields if f.name.lower() == column)
+    if not isinstance(kind, (TimestampType, TimestampNTZType)):
+        raise LayerError(
+            layer.name,
+            "window.column",
+            f"the upstream '{layer.upstream}''s column {layer.window.column!r} is "
+            f"{kind.simpleString()}, not a timestamp: a streaming window's watermark "
+            "needs event times",
+            f"declare source.schema of '{layer.upstream}' with {layer.window.column} "
+            "TIMESTAMP (Spark DDL), then reset the layer if it ran "
+            f"(incremental-assets reset-layer {layer.name})",
+        )
 
 
 def windowed_aggregates(

@@ -6,8 +6,8 @@ layer's SELECT and are merged into the layer's Delta table by its keys, exactly 
 What a batch holds depends on what the query reads (engine/declared_layers/stream_sources.py):
 
 - with ``reads: files``, the **new files of the upstream table's folder** (a table whose
-  source is a folder of CSV, JSON or Parquet files), read with the declared schema as they
-  arrive: the SELECT over their rows, upserted by key. The folder's table need not be
+  source is a folder of CSV, JSON or Parquet files), read as they arrive with the declared
+  schema (or the one the first run inferred and kept): the SELECT over their rows, upserted by key. The folder's table need not be
   loaded at all: the layer is that folder streamed into Delta (Spark's file source keeps
   the files it read in the checkpoint). Rows of one key in one batch fail the run, naming
   the key: the files of a batch have no order to choose between them;
@@ -55,6 +55,7 @@ from incremental_assets.engine.declared_layers.stream_sources import (
 )
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.spark.local_rows import no_rows
 from incremental_assets.engine.streaming.batches import stream_app_id
 from incremental_assets.engine.streaming.checkpoint import (
     BATCH_ID,
@@ -92,7 +93,7 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
         if files is None:  # no file yet to infer the folder's schema from: nothing to read
             return StreamResult(location, version=target.current_version())
         source, upstream_version = files, None
-        empty = spark.createDataFrame([], source.rows.schema)
+        empty = no_rows(spark, source.rows.schema)
     else:
         source = table_stream(spark, inputs)
         upstream_version = inputs.upstream.open().version()
@@ -131,19 +132,19 @@ def merge_row_batches(
     query, as JSON)."""
     layer = inputs.layer
     keys = [quote(k) for k in layer.keys_of_layer]
-    found: dict[str, str] = {}
-    fix = _FILES_FIX if files else None
+    found: dict[str, object] = {"created": inputs.target.exists()}
+    fix = _files_fix(layer.name) if files else None
 
     def write(batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
         if QUERY_ID not in found:
             found[QUERY_ID] = query_id_of(spark, checkpoint)
-        query_id = found[QUERY_ID]
+        query_id = str(found[QUERY_ID])
         # Read once, held by the executors: the select (bound through Spark SQL) and the
         # merge would each read the source again (a persisted batch is not matched there),
         # and the query would report its rows as many times.
         batch = batch.localCheckpoint()
-        if batch.isEmpty():
+        if batch.isEmpty() and found["created"]:
             return
         before, after = images(batch, inputs.upstream_keys) if changes else (None, batch)
         rows = layer_rows(spark, inputs, after)
@@ -155,16 +156,23 @@ def merge_row_batches(
             "version": batch_id,
             "metadata": delta_commits.record(record),
         }
+        # The first batch creates the table, rows or none: the checkpoint's batches and
+        # the table's commits stay together (and a folder's inferred schema is kept).
         write_rows(spark, inputs, rows, gone, commit, schema_evolution=True)
+        found["created"] = True
 
     return write
 
 
-_FILES_FIX = (
-    "make the select give one row per key of a file: a batch reads one file (unless "
-    "source.options.maxFilesPerTrigger or maxBytesPerTrigger say more), and a later file's "
-    "row of a key replaces an earlier file's"
-)
+def _files_fix(layer: str) -> str:
+    return (
+        "a batch reads one file (unless source.options.maxFilesPerTrigger or "
+        "maxBytesPerTrigger say more) and a later file's row of a key replaces an earlier "
+        "file's, but within a batch rows have no order: rewrite the batch's file with one "
+        "row per key (the next run reads the batch again, its file as it is then), or make "
+        "the select give one row per key (or add columns to keys) and reset the layer "
+        f"(incremental-assets reset-layer {layer}), as a changed select needs"
+    )
 
 
 def images(changes: DataFrame, keys: Sequence[str]) -> tuple[DataFrame, DataFrame]:

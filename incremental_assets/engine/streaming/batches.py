@@ -10,9 +10,10 @@ settings ``spark.databricks.delta.write.txnAppId``/``txnVersion``, which Delta a
 its DML commands (MERGE, UPDATE, DELETE, since delta-io/delta#1555); the DataFrame writer's
 ``txnAppId``/``txnVersion`` options cover DataFrame writes only, not a MERGE.
 
-A layer table that does not exist yet is created by the first batch that has rows, with
-the same idempotent write (a DataFrame append, whose writer options ``txnAppId`` /
-``txnVersion`` Delta honours): a run that fails before any batch leaves nothing behind.
+A layer table that does not exist yet is created by the first batch, rows or none (so the
+checkpoint's batches and the table's commits stay together), with the same idempotent
+write (a DataFrame append, whose writer options ``txnAppId`` / ``txnVersion`` Delta
+honours): a run that fails before any batch leaves nothing behind.
 
 The query id is read from the checkpoint (Spark writes it there before the first batch):
 it stays the same across runs of one checkpoint and changes with a reset, whose new batch
@@ -83,8 +84,8 @@ def merge_batches(
         # aggregation, which must not run twice.
         batch = batch.persist()
         try:
-            if batch.isEmpty():  # a batch that only moved the watermark: nothing to merge
-                return
+            if batch.isEmpty() and found["created"]:
+                return  # a batch that only moved the watermark: nothing to merge
             record = {"layer": layer, QUERY: declared, QUERY_ID: query_id, BATCH_ID: batch_id}
             metadata = delta_commits.record(record)
             crash_point("before_commit")

@@ -3,8 +3,10 @@ source holds when it starts (in as many micro-batches as the source's per-trigge
 make) and stops, as a batch run would; then its progress reports.
 
 A failure of the query (in Spark or in the batch function) is raised as one error naming
-the layer: a checkpoint Spark finds no longer fits the query (another state schema or
-operator) as :class:`StreamCheckpointError`, anything else as :class:`LayerError`. The
+the layer: the :class:`LayerError` a batch function raised (a declaration the batch's rows
+show wrong) as it was, a checkpoint Spark finds no longer fits the query (another state
+schema or operator) as :class:`StreamCheckpointError`, anything else as
+:class:`LayerError`. The
 checkpoint then still holds the last batch Spark committed, so the next run resumes there.
 """
 
@@ -18,7 +20,11 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame
 
 from incremental_assets.engine.delta_lake import commits as delta_commits
-from incremental_assets.engine.errors import LayerError, StreamCheckpointError
+from incremental_assets.engine.errors import (
+    LayerError,
+    StreamCheckpointError,
+    layer_error_from_text,
+)
 from incremental_assets.engine.streaming.progress import KEPT_REPORTS
 
 # Spark's words for a checkpoint whose state or operators are another query's.
@@ -66,6 +72,9 @@ def run_available_now(
 def failure(layer: str, checkpoint: str, exc: Exception) -> LayerError:
     """The error to raise for a failed streaming query."""
     text = str(exc).strip()
+    raised = _own_error(text)
+    if raised is not None:
+        return raised  # a batch found the declaration wrong (its keys): its fix stands
     first = _cause(text) if text else type(exc).__name__
     if any(word in text for word in _MISMATCH):
         return StreamCheckpointError(
@@ -91,6 +100,20 @@ def failure(layer: str, checkpoint: str, exc: Exception) -> LayerError:
         "fix the cause above and materialize the layer again: it resumes from the last "
         "batch its checkpoint committed",
     )
+
+
+# How a LayerError a batch function raised shows in the failed query's traceback.
+_OWN = f"{LayerError.__module__}.{LayerError.__name__}: "
+
+
+def _own_error(text: str) -> LayerError | None:
+    """The :class:`LayerError` a batch function raised, from the failed query's text (the
+    last one, whole; None when the batch raised none)."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith(_OWN):
+            return layer_error_from_text(line[len(_OWN) :])
+    return None
 
 
 def _cause(text: str) -> str:
