@@ -156,6 +156,7 @@ stream_layer(spark, layer_inputs(project, project.layer("invoices_clean")))
 """
 
 
+@pytest.mark.classic_only("its child process starts a local Spark session")
 def test_a_run_killed_after_a_batch_merged_resumes_with_nothing_lost_or_doubled(spark, tmp_path):
     folder = Folder(spark, tmp_path)
     folder.drop("a.csv", "I1,C1,2026-01-01 10:00:00,5", "I2,C2,2026-01-01 10:05:00,3")
