@@ -7,10 +7,11 @@ What a batch holds depends on what the query reads (engine/declared_layers/strea
 
 - with ``reads: files``, the **new files of the upstream table's folder** (a table whose
   source is a folder of CSV, JSON or Parquet files), read as they arrive with the declared
-  schema (or the one the first run inferred and kept): the SELECT over their rows, upserted by key. The folder's table need not be
-  loaded at all: the layer is that folder streamed into Delta (Spark's file source keeps
-  the files it read in the checkpoint). Rows of one key in one batch fail the run, naming
-  the key: the files of a batch have no order to choose between them;
+  schema (or the one the first run inferred and kept): the SELECT over their rows,
+  upserted by key. The folder's table need not be loaded at all: the layer is that folder
+  streamed into Delta (Spark's file source keeps the files it read in the checkpoint).
+  A batch reads one file, oldest first, unless the source's options pace it otherwise;
+  rows of one key in one batch fail the run, naming the key: they have no order;
 - its **change data feed** (every layer records one; a table where
   ``delta.enableChangeDataFeed`` is set): for each upstream key the batch changed, the row
   as the batch's first change found it (an update's old row, a deleted row; none when the
