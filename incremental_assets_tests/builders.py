@@ -12,6 +12,8 @@ import os
 import random
 import re
 import shutil
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -31,6 +33,7 @@ from incremental_assets.demo import run as demo_run
 from incremental_assets.demo.simulator import INVOICE_DDL
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.declared_layers import LayerResult, layer_inputs, refresh_layer
+from incremental_assets.engine.faults import CRASH_ENV
 from incremental_assets.specs import TableSpec, WarehouseSpec, load_project
 from incremental_assets.specs.models import relative_day
 from incremental_assets_tests.servers import QUICK_JIT
@@ -78,6 +81,26 @@ CHILD_SPARK_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.driver.extraJavaOptions": QUICK_JIT,
 }
+
+
+_STREAM_CHILD = """
+import sys
+from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
+from incremental_assets.engine.spark_session import local_session
+from incremental_assets.specs import load_project
+project = load_project(sys.argv[1])
+spark = local_session(**dict(arg.split("=", 1) for arg in sys.argv[3:]))
+stream_layer(spark, layer_inputs(project, project.layer(sys.argv[2])))
+"""
+
+
+def stream_killed(tables: Path, layer: str, point: str = "after_commit"):
+    """Run ``layer``'s streaming query in a child process (a local session of its own)
+    that is killed with SIGKILL at the crash point ``point``; the finished process."""
+    conf = [f"{k}={v}" for k, v in CHILD_SPARK_CONF.items()]
+    env = {**os.environ, CRASH_ENV: point, "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g"}
+    command = [sys.executable, "-c", _STREAM_CHILD, str(tables), layer, *conf]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
 def spark_section(conf: dict[str, str] = CHILD_SPARK_CONF) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,10 +18,9 @@ from pyspark.sql.types import StructType
 
 from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
 from incremental_assets.engine.errors import LayerError, StreamCheckpointError
-from incremental_assets.engine.faults import CRASH_ENV
 from incremental_assets.engine.streaming.checkpoint import QUERY, last_stream_commit, reset
 from incremental_assets.specs import load_project
-from incremental_assets_tests.builders import CHILD_SPARK_CONF
+from incremental_assets_tests.builders import stream_killed
 
 SELECT = (
     "SELECT InvoiceID, CustomerID, CAST(TotalAmount AS DECIMAL(12, 2)) AS amount "
@@ -145,27 +142,13 @@ def test_new_files_stream_into_the_layer_by_key_without_loading_the_table(spark,
     ]
 
 
-CHILD = """
-import sys
-from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
-from incremental_assets.engine.spark_session import local_session
-from incremental_assets.specs import load_project
-project = load_project(sys.argv[1])
-spark = local_session(**dict(arg.split("=", 1) for arg in sys.argv[2:]))
-stream_layer(spark, layer_inputs(project, project.layer("invoices_clean")))
-"""
-
-
 @pytest.mark.classic_only("its child process starts a local Spark session")
 def test_a_run_killed_after_a_batch_merged_resumes_with_nothing_lost_or_doubled(spark, tmp_path):
     folder = Folder(spark, tmp_path)
     folder.drop("a.csv", "I1,C1,2026-01-01 10:00:00,5", "I2,C2,2026-01-01 10:05:00,3")
     folder.run()
     folder.drop("b.csv", "I1,C1,2026-01-01 10:00:00,7", "I3,C3,2026-01-01 10:09:00,1")
-    conf = [f"{k}={v}" for k, v in CHILD_SPARK_CONF.items()]
-    env = {**os.environ, CRASH_ENV: "after_commit", "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g"}
-    command = [sys.executable, "-c", CHILD, str(tmp_path / "tables.yaml"), *conf]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = stream_killed(tmp_path / "tables.yaml", "invoices_clean")
     assert done.returncode == -9, done.stderr[-3000:]  # killed inside batch 1, after its MERGE
     assert folder.commits().count("MERGE") == 1  # merged; the checkpoint does not know
 

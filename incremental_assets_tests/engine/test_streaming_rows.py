@@ -8,9 +8,6 @@ update fails naming the fix; a changed select is refused until the reset."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +15,10 @@ import pytest
 from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
 from incremental_assets.engine.declared_layers.checks import counts_reconciled
 from incremental_assets.engine.errors import LayerError, StreamCheckpointError
-from incremental_assets.engine.faults import CRASH_ENV
 from incremental_assets.engine.streaming.checkpoint import reset
 from incremental_assets.specs import load_project
 from incremental_assets.specs.loader import SpecError
-from incremental_assets_tests.builders import CHILD_SPARK_CONF
+from incremental_assets_tests.builders import stream_killed
 
 SELECT = (
     "SELECT o.order_id, o.amount, c.country FROM orders o "
@@ -142,27 +138,13 @@ def test_a_stream_over_a_change_feed_follows_every_change_and_equals_its_select(
     assert not broken.passed and "holds 2 rows" in broken.description
 
 
-CHILD = """
-import sys
-from incremental_assets.engine.declared_layers import layer_inputs, stream_layer
-from incremental_assets.engine.spark_session import local_session
-from incremental_assets.specs import load_project
-project = load_project(sys.argv[1])
-spark = local_session(**dict(arg.split("=", 1) for arg in sys.argv[2:]))
-stream_layer(spark, layer_inputs(project, project.layer("orders_clean")))
-"""
-
-
 def test_a_run_killed_after_a_batch_merged_resumes_with_nothing_lost_or_doubled(spark, tmp_path):
     warehouse = Warehouse(spark, tmp_path)
     warehouse.sql(f"INSERT INTO {{orders}} VALUES {order(1, 10, 5.0)}, {order(2, 11, 3.0)}")
     warehouse.run()
     warehouse.sql("UPDATE {orders} SET amount = 7.0 WHERE order_id = 1")
     warehouse.sql(f"INSERT INTO {{orders}} VALUES {order(3, 12, 1.0)}")
-    conf = [f"{k}={v}" for k, v in CHILD_SPARK_CONF.items()]
-    env = {**os.environ, CRASH_ENV: "after_commit", "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g"}
-    command = [sys.executable, "-c", CHILD, str(tmp_path / "tables.yaml"), *conf]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = stream_killed(tmp_path / "tables.yaml", "orders_clean")
     assert done.returncode == -9, done.stderr[-3000:]  # killed inside batch 1, after its MERGE
     assert warehouse.commits().count("MERGE") == 1  # merged; the checkpoint does not know
 

@@ -30,6 +30,7 @@ from incremental_assets.engine.declared_layers.inputs import LayerInputs
 from incremental_assets.engine.delta_lake.io import spark_uri
 from incremental_assets.engine.errors import LayerError, StreamCheckpointError
 from incremental_assets.engine.sources.delta_log import change_feed_enabled
+from incremental_assets.engine.sources.files import reader_options
 from incremental_assets.engine.streaming.checkpoint import (
     QUERY,
     CheckpointState,
@@ -110,7 +111,7 @@ def folder_schema(
         return str(kept)
     path = spark_uri(str(source.path))
     try:
-        reader = spark.read.format(source.format).options(**_reading(source, batch=True))
+        reader = spark.read.format(source.format).options(**_reading(source))
         schema = reader.load(path).schema
     except AnalysisException as exc:
         if "UNABLE_TO_INFER_SCHEMA" in str(exc):
@@ -129,22 +130,18 @@ def folder_schema(
     return schema.json() if schema.fields else None
 
 
-def _reading(source: SourceSpec, batch: bool = False) -> dict[str, str]:
-    """The reader options of a folder's files: a CSV file's first line is its header and
-    (a stream) a malformed CSV or JSON row fails the run, as the batch loads read them;
-    no file is skipped for its age (Spark's file source skips a file 7 days older than
-    the newest it has seen, ``maxFileAge``: a file moved in keeps its time); Parquet
-    footers merged (a batch inference); the landing pattern; then ``source.options``."""
+def _reading(source: SourceSpec, stream: bool = False) -> dict[str, str]:
+    """The reader options of the upstream's folder: a batch read's
+    (``files.reader_options``) and the landing pattern; a stream's also fail on a
+    malformed CSV or JSON row (FAILFAST) and skip no file for its age (Spark's file
+    source skips a file 7 days older than the newest it has seen, ``maxFileAge``, and a
+    file moved in keeps its time), unless ``source.options`` say otherwise."""
     options: dict[str, str] = {}
-    if source.format == "csv":
-        options["header"] = "true"
-    if source.format in ("csv", "json") and not batch:
-        options["mode"] = "FAILFAST"
-    if source.format == "parquet" and batch:
-        options["mergeSchema"] = "true"
-    if not batch:
+    if stream:
         options["maxFileAge"] = _NO_AGE_LIMIT
-    options |= dict(source.options)
+        if source.format in ("csv", "json"):
+            options["mode"] = "FAILFAST"
+    options |= reader_options(source)
     if source.landing is not None and source.landing.pattern:
         options["pathGlobFilter"] = source.landing.pattern
     return options
@@ -172,7 +169,7 @@ def read_folder(
     (maxFilesPerTrigger, maxBytesPerTrigger)."""
     source = inputs.source
     assert source is not None
-    options = _reading(source)
+    options = _reading(source, stream=True)
     paced = {k.lower() for k in source.options} & {"maxfilespertrigger", "maxbytespertrigger"}
     if one_file_per_batch and not paced:
         options["maxFilesPerTrigger"] = "1"

@@ -110,6 +110,7 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
         location,
         json.dumps(declared, sort_keys=True),
         changes=source.signed,
+        exists=before is not None,
         files=layer.reads == "files",
     )
     query_id, reports = run_available_now(layer.name, source.rows, write, location)
@@ -125,15 +126,20 @@ def stream_row_layer(spark: SparkSession, inputs: LayerInputs) -> StreamResult:
 
 
 def merge_row_batches(
-    inputs: LayerInputs, checkpoint: str, declared: str, changes: bool, files: bool = False
+    inputs: LayerInputs,
+    checkpoint: str,
+    declared: str,
+    changes: bool,
+    exists: bool,
+    files: bool = False,
 ) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function: a batch of upstream rows (``changes``: of change
     data feed rows; ``files``: of a folder's files) through the select, merged by the
     layer's keys as the idempotent write of its batch id, recording ``declared`` (the
-    query, as JSON)."""
+    query, as JSON). The first batch creates the table unless it ``exists``."""
     layer = inputs.layer
     keys = [quote(k) for k in layer.keys_of_layer]
-    found: dict[str, object] = {"created": inputs.target.exists()}
+    found: dict[str, object] = {"created": exists}
     fix = _files_fix(layer.name) if files else None
 
     def write(batch: DataFrame, batch_id: int) -> None:

@@ -72,15 +72,7 @@ class FileSource(Source):
             ) from None
 
     def _reader(self):
-        reader = self._spark.read.format(self.spec.format)
-        options = dict(self.spec.options)
-        if self.spec.format == "csv":
-            options.setdefault("header", "true")
-        if self.spec.format == "parquet":
-            # Every file's schema, not the first file's: a column added or retyped in newer
-            # files must be seen (and validated), not silently dropped.
-            options.setdefault("mergeSchema", "true")
-        reader = reader.options(**options)
+        reader = self._spark.read.format(self.spec.format).options(**reader_options(self.spec))
         if self.spec.schema_ddl:
             reader = reader.schema(self.spec.schema_ddl)
         return reader
@@ -175,3 +167,16 @@ def _top_level_fields(body: str) -> dict[str, str]:
         depth += (char == "<") - (char == ">")
         current += char
     return fields
+
+
+def reader_options(spec: SourceSpec) -> dict[str, str]:
+    """How a folder's files are read: ``source.options``, with a CSV file's first line as
+    its header and, for Parquet, every file's schema merged, not the first file's (a
+    column added or retyped in newer files must be seen, and validated, not silently
+    dropped), unless the options say otherwise."""
+    options = dict(spec.options)
+    if spec.format == "csv":
+        options.setdefault("header", "true")
+    if spec.format == "parquet":
+        options.setdefault("mergeSchema", "true")
+    return options
