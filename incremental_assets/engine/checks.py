@@ -27,6 +27,7 @@ from incremental_assets.engine.changes import DELETED_AT, IS_DELETED
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.store import DeltaTarget, row_count
 from incremental_assets.engine.predicates import Range
+from incremental_assets.engine.spark.aggregates import aggregated
 from incremental_assets.engine.transforms import ROW_HASH, null_count, quote
 from incremental_assets.engine.watermarks import WatermarkKind, parse_value
 from incremental_assets.specs import TableSpec
@@ -236,7 +237,9 @@ def keys_not_null(spark: SparkSession, target: DeltaTarget, keys: Sequence[str])
             nulls[key] += count
     if unknown:
         df = delta_io.read_files(spark, table, unknown)
-        agg = df.agg(*[null_count(k).alias(f"n{i}") for i, k in enumerate(keys)]).collect()[0]
+        counts = [null_count(k).alias(f"n{i}") for i, k in enumerate(keys)]
+        # Read through Spark's Delta (deletion vectors, column mapping): agg's two jobs.
+        agg = aggregated(df, *counts, one_job=not delta_io.needs_delta_reader(table))
         for i, key in enumerate(keys):
             nulls[key] += int(agg[f"n{i}"] or 0)
     scope = (

@@ -26,6 +26,7 @@ from incremental_assets.engine import predicates
 from incremental_assets.engine.errors import DeleteGuardError
 from incremental_assets.engine.predicates import Part, Range
 from incremental_assets.engine.sources import Source
+from incremental_assets.engine.spark.aggregates import aggregated
 from incremental_assets.engine.transforms import quote, to_utc_instants
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
@@ -211,7 +212,7 @@ def _scan(
         mark = F.unix_micros(value) if kind in ("timestamp", "hybrid") else value
         in_part = predicates.to_filter([part])
         aggregates.append(F.max(F.when(in_part, mark)).alias("hw"))
-    found = rows.agg(*aggregates).collect()[0]
+    found = aggregated(rows, *aggregates, one_job=not source.reads_deletion_vectors)
     outside = OutOfRange(
         int(found["before"] or 0),
         int(found["after"] or 0),

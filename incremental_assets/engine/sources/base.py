@@ -17,6 +17,7 @@ from pyspark.sql.types import StructType
 
 from incremental_assets.engine import predicates
 from incremental_assets.engine.predicates import Part
+from incremental_assets.engine.spark.aggregates import aggregated
 from incremental_assets.engine.transforms import quote, to_utc_instants
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
@@ -104,6 +105,13 @@ class Source(ABC):
         """The rows of the named files only (see ``files`` and ``added_since``)."""
         raise NotImplementedError(f"{type(self).__name__} has no files")
 
+    @property
+    def reads_deletion_vectors(self) -> bool:
+        """Whether the source's rows are read through deletion vectors (a Delta table that
+        may hold them): an aggregate over them is not observed on a write
+        (engine/spark/aggregates.py)."""
+        return False
+
     def high_water(
         self, part: Part, kind: WatermarkKind, max_rows: int | None = None
     ) -> WatermarkValue | None:
@@ -127,7 +135,8 @@ class Source(ABC):
             # values in the Python process's local zone.
             value = F.unix_micros(value)
         if tiebreak is None:
-            high = df.agg(F.max(value).alias("hw")).collect()[0]["hw"]
+            one_job = not self.reads_deletion_vectors
+            high = aggregated(df, F.max(value).alias("hw"), one_job=one_job)["hw"]
             return None if high is None else from_transaction_version(int(high), kind)
         if max_rows:
             df = df.orderBy(column, tiebreak).limit(max_rows)

@@ -77,13 +77,18 @@ class DeltaSource(Source):
         # Per-file null counts answer count_nulls only where they count live rows by
         # their logical names: not under deletion vectors or column mapping.
         config = self._table.metadata().configuration
-        self._stats_exact = config.get(
-            "delta.columnMapping.mode", "none"
-        ) == "none" and "deletionVectors" not in (self._table.protocol().reader_features or [])
+        self._deletion_vectors = "deletionVectors" in (self._table.protocol().reader_features or [])
+        self._stats_exact = (
+            config.get("delta.columnMapping.mode", "none") == "none" and not self._deletion_vectors
+        )
 
     @property
     def schema(self) -> StructType:
         return self._schema
+
+    @property
+    def reads_deletion_vectors(self) -> bool:
+        return self._deletion_vectors
 
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         # Spark skips files by the log's statistics itself; the count is for metadata.
