@@ -103,6 +103,18 @@ def stream_killed(tables: Path, layer: str, point: str = "after_commit"):
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
+def jobs_in(spark, group: str, action) -> tuple[object, int]:
+    """What ``action`` returns, and how many Spark jobs it ran (under job group ``group``;
+    a local session's SparkContext: classic only)."""
+    context = spark.sparkContext
+    context.setJobGroup(group, group)
+    try:
+        result = action()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(context.statusTracker().getJobIdsForGroup(group))
+
+
 def spark_section(conf: dict[str, str] = CHILD_SPARK_CONF) -> str:
     """A tables file's ``spark:`` section with ``conf`` (by default a child run's)."""
     settings = "".join(f"    {key}: {json.dumps(value)}\n" for key, value in conf.items())

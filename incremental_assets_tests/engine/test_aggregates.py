@@ -9,16 +9,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.engine.spark import aggregates
 from incremental_assets.engine.spark.aggregates import aggregated
-
-
-def _jobs_in(spark, group: str, action) -> tuple[object, int]:
-    context = spark.sparkContext
-    context.setJobGroup(group, group)
-    try:
-        result = action()
-    finally:
-        context.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(context.statusTracker().getJobIdsForGroup(group))
+from incremental_assets_tests.builders import jobs_in
 
 
 def _aggregates():
@@ -34,8 +25,8 @@ def _aggregates():
 def test_aggregates_equal_agg_in_one_job(spark):
     rows = spark.range(0, 20_000, numPartitions=4).withColumn("v", F.col("id") % 97)
 
-    found, jobs = _jobs_in(spark, "observed", lambda: aggregated(rows, *_aggregates()))
-    expected, agg_jobs = _jobs_in(
+    found, jobs = jobs_in(spark, "observed", lambda: aggregated(rows, *_aggregates()))
+    expected, agg_jobs = jobs_in(
         spark, "collected", lambda: rows.agg(*_aggregates()).collect()[0].asDict()
     )
 

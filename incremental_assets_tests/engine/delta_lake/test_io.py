@@ -10,6 +10,7 @@ from deltalake import DeltaTable, write_deltalake
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.io import KeySet
 from incremental_assets.engine.staging import write_counted
+from incremental_assets_tests.builders import jobs_in
 
 
 def _table_of_files(path, batches: list[list]) -> DeltaTable:
@@ -69,17 +70,6 @@ def test_touched_keys_are_distinct_sorted_and_refused_over_the_limit(spark):
     assert delta_io.touched_keys(stamped, ["k"]) is None
 
 
-def _jobs_in(spark, group: str, action) -> tuple[object, int]:
-    """What ``action`` returns, and how many Spark jobs it ran (under job group ``group``)."""
-    context = spark.sparkContext
-    context.setJobGroup(group, group)
-    try:
-        result = action()
-    finally:
-        context.setLocalProperty("spark.jobGroup.id", None)
-    return result, len(context.statusTracker().getJobIdsForGroup(group))
-
-
 def test_a_key_range_counted_as_rows_are_written_stands_in_for_the_range_job(spark, tmp_path):
     rows = spark.range(5, 3005).selectExpr(
         "id AS k",
@@ -97,12 +87,12 @@ def test_a_key_range_counted_as_rows_are_written_stands_in_for_the_range_job(spa
     assert abs(keys.values - 3000) <= 3000 * 0.15
     staged = spark.read.parquet(str(tmp_path / "k"))
     # More keys than are listed: their range, with no Spark job at all.
-    found, jobs = _jobs_in(
+    found, jobs = jobs_in(
         spark, "counted", lambda: delta_io.touched_keys(staged, ["k"], at_most=3000, counted=keys)
     )
     assert found == KeySet("k", [5, 3004], spans=True) == delta_io.touched_keys(staged, ["k"])
     assert jobs == 0
-    _, jobs = _jobs_in(
+    _, jobs = jobs_in(
         spark, "uncounted", lambda: delta_io.touched_keys(staged, ["k"], at_most=3000)
     )
     assert jobs >= 1
