@@ -24,6 +24,7 @@ class CliError(Exception):
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
+        from incremental_assets.demo.run import DemoTablesError
         from incremental_assets.demo.run import main as demo_main
         from incremental_assets.demo.s3_server import S3Unavailable
         from incremental_assets.demo.shop_database import DemoDatabaseUnavailable
@@ -38,9 +39,16 @@ def main(argv: list[str] | None = None) -> int:
                 warehouse=args.warehouse,
                 storage_options=_storage_options(args.storage_option),
                 s3=args.s3,
+                tables=[t.strip() for t in (args.tables or "").split(",") if t.strip()],
                 **({"root": Path(args.root).resolve()} if args.root else {}),
             )
-        except (DemoDatabaseUnavailable, S3Unavailable, SpecError, CliError) as exc:
+        except (
+            DemoDatabaseUnavailable,
+            DemoTablesError,
+            S3Unavailable,
+            SpecError,
+            CliError,
+        ) as exc:
             print(f"error: {printable(str(exc), lines=True)}", file=sys.stderr)
             return 2
     from incremental_assets.engine.errors import IncrementalLoadError, SparkRemoteError
@@ -113,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="with --warehouse, one of its storage options (as warehouse.storage_options in "
         "tables.yaml, e.g. region=eu-west-1 or endpoint=http://127.0.0.1:9000); repeatable",
+    )
+    demo.add_argument(
+        "--tables",
+        metavar="NAME[,NAME...]",
+        help="run the demo for these tables only (a landing table with its layers), e.g. "
+        "--tables orders; default: every table",
     )
     demo.add_argument(
         "--root",

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from functools import partial
@@ -80,8 +81,13 @@ def main(
     warehouse: str | None = None,
     storage_options: dict[str, str] | None = None,
     s3: bool = False,
+    tables: Sequence[str] = (),
 ) -> int:
     """Run the demo in ``root``; 0 when every table ends equal to a full reload.
+
+    ``tables`` (names) runs the demo for those tables only, a landing table with its
+    layers; every table when empty. A name the demo does not have is refused before
+    anything is reset (``DemoTablesError``).
 
     ``warehouse`` (a folder or an ``s3://``/``abfss://`` URI, with its ``storage_options``)
     replaces the tables file's warehouse root for every target; ``s3`` puts it on a
@@ -100,23 +106,48 @@ def main(
     with ExitStack() as stack:
         if not postgres:
             project = load_project(_tables(root))
+            _known(project, tables)
             _reset(root, data)
             project = place(stack, project, data)
-            return _run(project, SourceSimulator(data / "source"), rounds)
+            return _run(project, SourceSimulator(data / "source"), rounds, only=tables)
 
+        _known(_template_tables(), tables)
         jar = jdbc_jar()  # before anything is reset or started
         database = stack.enter_context(shop_database())
         _reset(root, data)
         database.create_orders_table()
-        tables = _render_postgres_tables(data, database, jar)
+        tables_file = _render_postgres_tables(data, database, jar)
         print(
             f"Orders live in PostgreSQL table {ORDERS_TABLE} ({database.describe()}), "
-            f"loaded over JDBC; events and customers are files. Tables: {tables}"
+            f"loaded over JDBC; events and customers are files. Tables: {tables_file}"
         )
         simulator = SourceSimulator(data / "source", orders=database)
-        project = place(stack, load_project(tables), data)
+        project = place(stack, load_project(tables_file), data)
         with _environment(PASSWORD_ENV, database.password):
-            return _run(project, simulator, rounds, database)
+            return _run(project, simulator, rounds, database, only=tables)
+
+
+class DemoTablesError(ValueError):
+    """``--tables`` names a table the demo does not load."""
+
+
+def _template_tables() -> list[str]:
+    """The table names of demo/tables_postgres.yaml (a template: not a tables file until
+    the database's settings are filled in)."""
+    return re.findall(r"^  - name: (\S+)$", POSTGRES_TABLES.read_text(), re.MULTILINE)
+
+
+def _known(project: ProjectSpec | list[str], tables: Sequence[str]) -> None:
+    """Refuse ``tables`` names the demo does not load (those of ``project``, and the
+    landing tables it adds)."""
+    declared = project if isinstance(project, list) else [t.name for t in project.tables]
+    names = [n for n in declared if n not in LANDING] + list(LANDING)
+    unknown = [t for t in tables if t not in names]
+    if unknown:
+        raise DemoTablesError(
+            f"--tables: the demo has no table {', '.join(map(repr, unknown))}; its tables are "
+            f"{', '.join(names)}"
+        )
 
 
 def _tables(root: Path) -> Path:
@@ -240,16 +271,22 @@ def _run(
     simulator: SourceSimulator,
     rounds: int,
     database: ShopDatabase | None = None,
+    only: Sequence[str] = (),
 ) -> int:
     full = _with_invoices(project, simulator)
+
+    def chosen(name: str) -> bool:
+        return not only or name in only
+
     project = project.model_copy(
-        update={"tables": [t for t in project.tables if t.name not in LANDING]}
+        update={"tables": [t for t in project.tables if t.name not in LANDING and chosen(t.name)]}
     )
     defs = build_definitions(full)
     assets = [defs.get_assets_def(spec.name) for spec in project.tables]
     landing = {
         name: [defs.get_assets_def(n) for n in (name, *[x.name for x in layers_after(full, name)])]
         for name in LANDING
+        if chosen(name)
     }
     streamed = full.layer(STREAMED)
     assert isinstance(streamed, AggregateLayerSpec) and streamed.window is not None
@@ -263,7 +300,7 @@ def _run(
     started = time.perf_counter()
     # The demo's days are the partitions' first days (tables.yaml: today-4d, so they end
     # yesterday and the UI shows them filled).
-    first_day = project.tables[0].partitioning.start
+    first_day = full.tables[0].partitioning.start
 
     def day(n: int) -> datetime:
         return simulator_day(n, first_day)
@@ -300,23 +337,29 @@ def _run(
             if database:
                 _print_window_filters(database, since)
             partition = f"{day(n):%Y-%m-%d}"
-            dropped = simulator.write_invoices(day(n), n, day(1))
-            files = ", ".join(
-                f"{k} ({v} invoices)" if v else f"{k} (corrupt)" for k, v in dropped.items()
-            )
-            _load_landing(
-                instance, landing[INVOICES], resources, f"invoice files dropped: {files}", partition
-            )
-            window = streamed.window
-            csv = simulator.invoice_csv.write_round(day(n), window.size, window.watermark)
-            late_dropped += _load_landing(
-                instance,
-                landing[INVOICE_CSV],
-                resources,
-                f"invoice CSV file dropped: {csv.file} ({csv.on_time} invoices of the day; late: "
-                f"{csv.late_within} inside the watermark, {csv.late_dropped} behind it)",
-                partition,
-            )
+            if INVOICES in landing:
+                dropped = simulator.write_invoices(day(n), n, day(1))
+                files = ", ".join(
+                    f"{k} ({v} invoices)" if v else f"{k} (corrupt)" for k, v in dropped.items()
+                )
+                _load_landing(
+                    instance,
+                    landing[INVOICES],
+                    resources,
+                    f"invoice files dropped: {files}",
+                    partition,
+                )
+            if INVOICE_CSV in landing:
+                window = streamed.window
+                csv = simulator.invoice_csv.write_round(day(n), window.size, window.watermark)
+                late_dropped += _load_landing(
+                    instance,
+                    landing[INVOICE_CSV],
+                    resources,
+                    f"invoice CSV file dropped: {csv.file} ({csv.on_time} invoices of the day; "
+                    f"late: {csv.late_within} inside the watermark, {csv.late_dropped} behind it)",
+                    partition,
+                )
 
         first, last = f"{day(1):%Y-%m-%d}", f"{day(rounds):%Y-%m-%d}"
         print(
@@ -344,10 +387,12 @@ def _run(
             f"  {spec.name:<17} {verdict} to a full reload ({rows} rows; {extra} extra, "
             f"{missing} missing)"
         )
-    failures += _check_invoices(spark, full, defs.resources["warehouse"])
-    failures += _check_streamed(
-        spark, full, streamed, defs.resources["warehouse"], simulator.invoice_csv, late_dropped
-    )
+    if INVOICES in landing:
+        failures += _check_invoices(spark, full, defs.resources["warehouse"])
+    if INVOICE_CSV in landing:
+        failures += _check_streamed(
+            spark, full, streamed, defs.resources["warehouse"], simulator.invoice_csv, late_dropped
+        )
     print(
         f"\nDemo finished in {time.perf_counter() - started:.0f}s. "
         "Open the Dagster UI with ./dev ui to see the runs, metadata and checks."
@@ -550,6 +595,8 @@ def _materialize(instance, assets, resources, name, partition=None, partition_ra
 
 
 def _print_table(rows: list[dict]) -> None:
+    if not rows:  # --tables named landing tables only
+        return
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS}
     print("  " + "  ".join(c.ljust(widths[c]) for c in COLUMNS))
     for row in rows:

@@ -41,14 +41,16 @@ def test_postgres_demo_loads_orders_over_jdbc_and_ends_equal_to_a_full_reload(
     if not Path(JDBC_JAR).exists():
         skip_or_fail_on_ci(f"PostgreSQL's JDBC driver is not at {JDBC_JAR}")
     try:
-        code = run.main(rounds=2, root=demo_root, postgres=True)
+        # Orders alone: the other tables are the plain demo's files (test_demo.py).
+        code = run.main(rounds=2, root=demo_root, postgres=True, tables=["orders"])
     except DemoDatabaseUnavailable as exc:
         skip_or_fail_on_ci(f"the demo cannot start PostgreSQL: {exc}")
 
     out = capsys.readouterr().out
     assert code == 0, out
     verdicts = {line.split()[0]: line for line in out.splitlines() if "a full reload (" in line}
-    assert set(verdicts) == {"orders", "events", "customers", "customers_history", "products"}
+    assert set(verdicts) == {"orders"}
+    assert "invoice files dropped" not in out  # the landing tables were not asked for
     assert all(" equal to a full reload" in line for line in verdicts.values()), verdicts
     assert "Orders live in PostgreSQL table incremental_assets_demo.orders" in out
     # The window's bounds reached the database: it filtered the rows, not Spark.
@@ -81,6 +83,27 @@ def test_postgres_demo_without_postgresql_says_what_to_install_and_resets_nothin
     assert code == 2
     assert "apt-get install postgresql libpostgresql-jdbc-java" in error
     assert URL_ENV in error
+    assert kept.exists()
+
+
+@pytest.mark.parametrize("postgres", [False, True])
+def test_a_table_the_demo_does_not_have_is_refused_with_its_tables_and_nothing_reset(
+    demo_root, monkeypatch, capsys, postgres
+):
+    shutil.copy(PROJECT_ROOT / "tables.yaml", demo_root / "tables.yaml")
+    kept = demo_root / "data" / "kept.txt"
+    kept.parent.mkdir()
+    kept.write_text("earlier demo")
+    real_main = run.main
+    monkeypatch.setattr(run, "main", lambda **kw: real_main(**kw, root=demo_root))
+
+    code = cli.main(["demo", "--tables", "orders,ordres", *(["--postgres"] if postgres else [])])
+
+    error = capsys.readouterr().err
+    assert code == 2
+    assert "the demo has no table 'ordres'" in error
+    assert "orders, events, customers, customers_history, products" in error
+    assert "invoices_bronze" in error
     assert kept.exists()
 
 
