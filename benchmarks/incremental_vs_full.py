@@ -614,8 +614,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--jobs",
         choices=["largest", "all", "none"],
         default="largest",
-        help="print the incremental run's Spark jobs for each case at the largest size "
-        "(default), at every size, or not",
+        help="print the Spark jobs of the incremental run and the engine reload for each case "
+        "at the largest size (default), at every size, or not",
     )
     parser.add_argument(
         "--verify", action="store_true", help="also compare targets row by row (slow)"
