@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                 warehouse=args.warehouse,
                 storage_options=_storage_options(args.storage_option),
                 s3=args.s3,
-                tables=[t.strip() for t in (args.tables or "").split(",") if t.strip()],
+                only=_demo_only(args.only),
                 **({"root": Path(args.root).resolve()} if args.root else {}),
             )
         except (
@@ -86,6 +86,16 @@ def _storage_options(pairs: list[str]) -> dict[str, str]:
     return options
 
 
+def _demo_only(text: str | None) -> list[str]:
+    """``--only``'s table names (none given: every table)."""
+    if text is None:
+        return []
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise CliError("--only needs table names, e.g. --only orders,events")
+    return names
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="incremental-assets")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -123,10 +133,11 @@ def _parser() -> argparse.ArgumentParser:
         "tables.yaml, e.g. region=eu-west-1 or endpoint=http://127.0.0.1:9000); repeatable",
     )
     demo.add_argument(
-        "--tables",
+        "--only",
         metavar="NAME[,NAME...]",
         help="run the demo for these tables only (a landing table with its layers), e.g. "
-        "--tables orders; default: every table",
+        "--only orders; data/ and the Dagster instance are reset all the same; default: "
+        "every table",
     )
     demo.add_argument(
         "--root",

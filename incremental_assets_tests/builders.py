@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -656,7 +657,7 @@ class FinishedDemo:
         }
 
 
-def run_demo(root: Path, rounds: int) -> FinishedDemo:
+def run_demo(root: Path, rounds: int, only: Sequence[str] = ()) -> FinishedDemo:
     """Run the demo in ``root`` as ``./dev demo`` does, with the project's tables.yaml,
     dagster.yaml and workspace.yaml (for ``dagster dev`` on it afterwards) copied there and
     its instance there; the working folder and the environment are restored afterwards.
@@ -682,5 +683,5 @@ def run_demo(root: Path, rounds: int) -> FinishedDemo:
         patch.setenv("INCREMENTAL_ASSETS_TABLES", str(root / "tables.yaml"))
         patch.setenv("DAGSTER_HOME", str(root))  # main sets it too: restored after
         patch.chdir(root)
-        code = demo_run.main(rounds=rounds, root=root)
+        code = demo_run.main(rounds=rounds, root=root, only=only)
     return FinishedDemo(root, rounds, code, out.getvalue())

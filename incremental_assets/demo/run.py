@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from pathlib import Path
 from string import Template
 
 import dagster as dg
+import yaml
 from pyspark.sql import functions as F
 
 from incremental_assets.dagster_layer.build import build_definitions
@@ -81,13 +81,14 @@ def main(
     warehouse: str | None = None,
     storage_options: dict[str, str] | None = None,
     s3: bool = False,
-    tables: Sequence[str] = (),
+    only: Sequence[str] = (),
 ) -> int:
     """Run the demo in ``root``; 0 when every table ends equal to a full reload.
 
-    ``tables`` (names) runs the demo for those tables only, a landing table with its
-    layers; every table when empty. A name the demo does not have is refused before
-    anything is reset (``DemoTablesError``).
+    ``only`` (names) runs the demo for those tables only, a landing table with its
+    layers; every table when empty (``data/`` and the instance are reset all the same). A
+    name the demo does not have, or ``postgres`` without ``orders`` among them, is refused
+    before anything is reset (``DemoTablesError``).
 
     ``warehouse`` (a folder or an ``s3://``/``abfss://`` URI, with its ``storage_options``)
     replaces the tables file's warehouse root for every target; ``s3`` puts it on a
@@ -106,12 +107,17 @@ def main(
     with ExitStack() as stack:
         if not postgres:
             project = load_project(_tables(root))
-            _known(project, tables)
+            _known([t.name for t in project.tables], only)
             _reset(root, data)
             project = place(stack, project, data)
-            return _run(project, SourceSimulator(data / "source"), rounds, only=tables)
+            return _run(project, SourceSimulator(data / "source"), rounds, only=only)
 
-        _known(_template_tables(), tables)
+        _known(_template_tables(), only)
+        if only and ORDERS not in only:
+            raise DemoTablesError(
+                f"--postgres puts only {ORDERS} in PostgreSQL: add {ORDERS} to --only, or "
+                "leave out --postgres"
+            )
         jar = jdbc_jar()  # before anything is reset or started
         database = stack.enter_context(shop_database())
         _reset(root, data)
@@ -124,28 +130,28 @@ def main(
         simulator = SourceSimulator(data / "source", orders=database)
         project = place(stack, load_project(tables_file), data)
         with _environment(PASSWORD_ENV, database.password):
-            return _run(project, simulator, rounds, database, only=tables)
+            return _run(project, simulator, rounds, database, only=only)
 
 
 class DemoTablesError(ValueError):
-    """``--tables`` names a table the demo does not load."""
+    """``--only`` names a table the demo does not load (or leaves out the one
+    ``--postgres`` is about)."""
 
 
 def _template_tables() -> list[str]:
-    """The table names of demo/tables_postgres.yaml (a template: not a tables file until
-    the database's settings are filled in)."""
-    return re.findall(r"^  - name: (\S+)$", POSTGRES_TABLES.read_text(), re.MULTILINE)
+    """The table names of demo/tables_postgres.yaml (a template, whose ``${...}``
+    placeholders are plain YAML strings until the database's settings are filled in)."""
+    return [t["name"] for t in yaml.safe_load(POSTGRES_TABLES.read_text())["tables"]]
 
 
-def _known(project: ProjectSpec | list[str], tables: Sequence[str]) -> None:
-    """Refuse ``tables`` names the demo does not load (those of ``project``, and the
-    landing tables it adds)."""
-    declared = project if isinstance(project, list) else [t.name for t in project.tables]
+def _known(declared: list[str], only: Sequence[str]) -> None:
+    """Refuse ``only`` names the demo does not load (``declared``, and the landing tables
+    it adds)."""
     names = [n for n in declared if n not in LANDING] + list(LANDING)
-    unknown = [t for t in tables if t not in names]
+    unknown = [t for t in only if t not in names]
     if unknown:
         raise DemoTablesError(
-            f"--tables: the demo has no table {', '.join(map(repr, unknown))}; its tables are "
+            f"--only: the demo has no table {', '.join(map(repr, unknown))}; its tables are "
             f"{', '.join(names)}"
         )
 
@@ -224,6 +230,8 @@ def _environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = before
 
 
+# The table --postgres keeps in PostgreSQL.
+ORDERS = "orders"
 INVOICES = "invoices_bronze"
 # The CSV invoices of the project's first example and their streaming layer.
 INVOICE_CSV = "invoice_headers"
@@ -595,7 +603,7 @@ def _materialize(instance, assets, resources, name, partition=None, partition_ra
 
 
 def _print_table(rows: list[dict]) -> None:
-    if not rows:  # --tables named landing tables only
+    if not rows:  # --only named landing tables only
         return
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS}
     print("  " + "  ".join(c.ljust(widths[c]) for c in COLUMNS))

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.specs import load_project
 from incremental_assets.specs.models import relative_day
+from incremental_assets_tests.builders import run_demo
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +85,13 @@ def hourly_totals_but_late(folder: Path) -> tuple[dict[tuple, float], int]:
                 totals[(customer, int(hour.timestamp()))] += float(row["TotalAmount"])
         latest = max([when for _, when, _ in rows] + ([latest] if latest else []))
     return {k: round(v, 6) for k, v in totals.items()}, dropped
+
+
+def test_the_demo_of_one_landing_table_runs_it_and_its_layers_alone(tmp_path):
+    demo = run_demo(tmp_path, rounds=1, only=["invoice_headers"])
+
+    assert demo.code == 0, demo.out
+    assert "invoice CSV file dropped" in demo.out
+    assert "invoice_totals_hourly equal to the hourly totals" in demo.out
+    assert "invoice files dropped" not in demo.out  # invoices_bronze was not asked for
+    assert "a full reload (" not in demo.out  # nor were the tables loaded from sources

@@ -1,6 +1,7 @@
 """The demo's ``--postgres`` switch: orders written to a throwaway PostgreSQL, loaded over
-JDBC through Dagster, and every table proved equal to a full reload; without PostgreSQL,
-a message that says what to install, and nothing reset."""
+JDBC through Dagster, and proved equal to a full reload; without PostgreSQL, a message that
+says what to install, and nothing reset. The demo's ``--only``: unknown names refused with
+the demo's tables, nothing reset."""
 
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ def test_postgres_demo_loads_orders_over_jdbc_and_ends_equal_to_a_full_reload(
     if not Path(JDBC_JAR).exists():
         skip_or_fail_on_ci(f"PostgreSQL's JDBC driver is not at {JDBC_JAR}")
     try:
-        # Orders alone: the other tables are the plain demo's files (test_demo.py).
-        code = run.main(rounds=2, root=demo_root, postgres=True, tables=["orders"])
+        # Orders alone, the table --postgres is about. The file-based tables of
+        # tables_postgres.yaml are not loaded here: their sources and settings are those of
+        # tables.yaml, which test_demo.py loads (only the relative paths' base differs).
+        code = run.main(rounds=2, root=demo_root, postgres=True, only=["orders"])
     except DemoDatabaseUnavailable as exc:
         skip_or_fail_on_ci(f"the demo cannot start PostgreSQL: {exc}")
 
@@ -97,13 +100,37 @@ def test_a_table_the_demo_does_not_have_is_refused_with_its_tables_and_nothing_r
     real_main = run.main
     monkeypatch.setattr(run, "main", lambda **kw: real_main(**kw, root=demo_root))
 
-    code = cli.main(["demo", "--tables", "orders,ordres", *(["--postgres"] if postgres else [])])
+    code = cli.main(["demo", "--only", "orders,ordres", *(["--postgres"] if postgres else [])])
 
     error = capsys.readouterr().err
     assert code == 2
     assert "the demo has no table 'ordres'" in error
     assert "orders, events, customers, customers_history, products" in error
     assert "invoices_bronze" in error
+    assert kept.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--only", " , "], "--only needs table names"),
+        (["--only", "events", "--postgres"], "add orders to --only, or leave out --postgres"),
+    ],
+)
+def test_an_empty_only_or_postgres_without_orders_is_refused_and_nothing_reset(
+    demo_root, monkeypatch, capsys, argv, message
+):
+    shutil.copy(PROJECT_ROOT / "tables.yaml", demo_root / "tables.yaml")
+    kept = demo_root / "data" / "kept.txt"
+    kept.parent.mkdir()
+    kept.write_text("earlier demo")
+    real_main = run.main
+    monkeypatch.setattr(run, "main", lambda **kw: real_main(**kw, root=demo_root))
+
+    code = cli.main(["demo", *argv])
+
+    assert code == 2
+    assert message in capsys.readouterr().err
     assert kept.exists()
 
 
