@@ -35,6 +35,19 @@ def demo_root(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def kept(demo_root, monkeypatch) -> Path:
+    """A file an earlier demo left in ``data/`` (a refused demo must not reset it), with
+    ``incremental-assets demo`` run in ``demo_root`` and its tables.yaml there."""
+    shutil.copy(PROJECT_ROOT / "tables.yaml", demo_root / "tables.yaml")
+    kept = demo_root / "data" / "kept.txt"
+    kept.parent.mkdir()
+    kept.write_text("earlier demo")
+    real_main = run.main
+    monkeypatch.setattr(run, "main", lambda **kw: real_main(**kw, root=demo_root))
+    return kept
+
+
 @pytest.mark.slow
 def test_postgres_demo_loads_orders_over_jdbc_and_ends_equal_to_a_full_reload(
     demo_root, capsys, spark
@@ -70,15 +83,10 @@ def test_postgres_demo_loads_orders_over_jdbc_and_ends_equal_to_a_full_reload(
 
 
 def test_postgres_demo_without_postgresql_says_what_to_install_and_resets_nothing(
-    demo_root, monkeypatch, capsys
+    demo_root, monkeypatch, capsys, kept
 ):
     monkeypatch.setenv("INCREMENTAL_ASSETS_PG_BIN", str(demo_root / "no-postgres-here"))
     monkeypatch.setenv("INCREMENTAL_ASSETS_PG_JDBC_JAR", __file__)  # any existing file
-    kept = demo_root / "data" / "kept.txt"
-    kept.parent.mkdir()
-    kept.write_text("earlier demo")
-    real_main = run.main
-    monkeypatch.setattr(run, "main", lambda **kw: real_main(**kw, root=demo_root))
 
     code = cli.main(["demo", "--postgres", "--rounds", "1"])
 
@@ -91,15 +99,8 @@ def test_postgres_demo_without_postgresql_says_what_to_install_and_resets_nothin
 
 @pytest.mark.parametrize("postgres", [False, True])
 def test_a_table_the_demo_does_not_have_is_refused_with_its_tables_and_nothing_reset(
-    demo_root, monkeypatch, capsys, postgres
+    kept, capsys, postgres
 ):
-    shutil.copy(PROJECT_ROOT / "tables.yaml", demo_root / "tables.yaml")
-    kept = demo_root / "data" / "kept.txt"
-    kept.parent.mkdir()
-    kept.write_text("earlier demo")
-    real_main = run.main
-    monkeypatch.setattr(run, "main", lambda **kw: real_main(**kw, root=demo_root))
-
     code = cli.main(["demo", "--only", "orders,ordres", *(["--postgres"] if postgres else [])])
 
     error = capsys.readouterr().err
@@ -118,15 +119,8 @@ def test_a_table_the_demo_does_not_have_is_refused_with_its_tables_and_nothing_r
     ],
 )
 def test_an_empty_only_or_postgres_without_orders_is_refused_and_nothing_reset(
-    demo_root, monkeypatch, capsys, argv, message
+    kept, capsys, argv, message
 ):
-    shutil.copy(PROJECT_ROOT / "tables.yaml", demo_root / "tables.yaml")
-    kept = demo_root / "data" / "kept.txt"
-    kept.parent.mkdir()
-    kept.write_text("earlier demo")
-    real_main = run.main
-    monkeypatch.setattr(run, "main", lambda **kw: real_main(**kw, root=demo_root))
-
     code = cli.main(["demo", *argv])
 
     assert code == 2
