@@ -33,6 +33,7 @@ from incremental_assets.engine.guards import (
 )
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
+from incremental_assets.engine.spark import key_ranges
 from incremental_assets.engine.strategies.rows import (
     above_counters,
     checked_in_time,
@@ -213,12 +214,15 @@ class Strategy:
         elif staged_first:
             rows, observation = observed(spec, rows)
             if remote and not self.reads_whole_source:
-                # Range partitioning samples its input in a job of its own before the write.
+                # A created table's key ranges take a pass of their own over the window.
                 rows = staged(rows, stage_root, "window")
         else:
-            # Observed above the shuffle: a range shuffle's sampling job runs the plan below
-            # it once more, and an observation there would count every row twice.
-            rows, observation = observed(spec, by_key(rows, spec.keys, not state.exists))
+            # Observed above the shuffle: the pass that finds a created table's key ranges
+            # runs the plan below it once more, and an observation there would count every
+            # row twice.
+            rows, observation = observed(
+                spec, by_key(rows, spec.keys, not state.exists, keep_range=True)
+            )
         increment = self.reduce(spark, rows, staged_first, window, state, target, stage_root)
         new_columns: list[str] = []
         if state.schema is not None:
@@ -264,8 +268,9 @@ class Strategy:
         """The window's checked rows reduced to the increment: the newest row per key."""
         spec = self.spec
         if staged_first:
-            rows = by_key(rows, spec.keys, not state.exists)
-        increment = rows.transform(transforms.newest_per_key(spec.keys, spec.watermark.column))
+            rows = by_key(rows, spec.keys, not state.exists, keep_range=True)
+        newest = transforms.newest_per_key(window_keys(rows, spec.keys), spec.watermark.column)
+        increment = drop_range(rows.transform(newest))
         tombstones = self.tombstones(spark, target)
         if tombstones is not None:
             increment = changes.not_older_than_tombstones(
@@ -319,14 +324,34 @@ class Strategy:
         return None
 
 
-def by_key(rows: DataFrame, keys: list[str], creates_table: bool) -> DataFrame:
+def by_key(
+    rows: DataFrame, keys: list[str], creates_table: bool, keep_range: bool = False
+) -> DataFrame:
     """The rows shuffled by key, which the per-key window needs. A run that creates the
-    table range-partitions them: each staged file, and so each file of the first write,
-    covers a narrow key range, which is what lets later merges skip target files by their
-    statistics. Later runs hash them: their merge writes files of its own, and a range
-    shuffle first samples its input in a Spark job that reads the window once more."""
+    table shuffles them into ranges of the first key (engine/spark/key_ranges.py): each
+    staged file, and so each file of the first write, covers a narrow key range, which is
+    what lets later merges skip target files by their statistics. Later runs hash them:
+    their merge writes files of its own, and ranges cost a pass over the window's keys.
+
+    ``keep_range``: the range column is kept, for a per-key window over
+    ``window_keys(...)`` to reuse the shuffle; the caller drops it (``drop_range``)."""
     columns = [F.col(transforms.quote(k)) for k in keys]
-    return rows.repartitionByRange(*columns) if creates_table else rows.repartition(*columns)
+    if not creates_table:
+        return rows.repartition(*columns)
+    found = key_ranges.ranged(rows.sparkSession, rows, keys[0])
+    if found is None:
+        return rows.repartitionByRange(*columns)
+    return found if keep_range else found.drop(key_ranges.KEY_RANGE)
+
+
+def window_keys(rows: DataFrame, keys: list[str]) -> list[str]:
+    """The per-key window's partition columns: the keys, led by the range column where
+    ``by_key`` kept it (rows already shuffled on it need no second shuffle by key)."""
+    return [key_ranges.KEY_RANGE, *keys] if key_ranges.KEY_RANGE in rows.columns else keys
+
+
+def drop_range(rows: DataFrame) -> DataFrame:
+    return rows.drop(key_ranges.KEY_RANGE)
 
 
 def window_policy(spec: TableSpec) -> WindowPolicy:

@@ -1,0 +1,177 @@
+"""A run that creates a table shuffles its rows into ranges of the first key without
+Spark's range partitioner (engine/spark/key_ranges.py): the first write's files each
+cover their own range of keys, the per-key window reuses that shuffle, and the table's
+rows are the newest per key as before."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine.spark import key_ranges
+from incremental_assets.engine.strategies.base import by_key, drop_range, window_keys
+from incremental_assets.engine.transforms import newest_per_key
+from incremental_assets_tests.builders import at, load, make_spec, target_rows
+
+# Eight shuffle partitions, none coalesced: the increment is staged in eight files. The
+# commit reads each in a task of its own (small files are otherwise packed several to a
+# task, largest first, and the table's files would mix their ranges).
+SPREAD = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    "spark.sql.files.openCostInBytes": str(256 << 20),
+}
+
+
+@contextlib.contextmanager
+def settings(spark, values: dict[str, str | None]):
+    before = {k: spark.conf.get(k, None) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def file_ranges(path: str, key: str) -> list[tuple]:
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    return sorted((a[f"min.{key}"], a[f"max.{key}"]) for a in actions)
+
+
+def assert_disjoint(ranges: list[tuple]) -> None:
+    for (_, high), (low, _) in itertools.pairwise(ranges):
+        assert high < low, ranges
+
+
+def test_spark_hash_partitioning_sends_each_bucket_value_to_its_partition(spark):
+    values = key_ranges.bucket_values(8)
+    rows = spark.createDataFrame([(v,) for v in values], "b int")
+
+    placed = rows.repartition(8, F.col("b")).select("b", F.spark_partition_id().alias("p"))
+
+    assert sorted((r.b, r.p) for r in placed.collect()) == sorted(
+        (v, i) for i, v in enumerate(values)
+    )
+    hashed = spark.range(0, 500).select(
+        F.col("id").cast("int").alias("v"), F.expr("pmod(hash(cast(id as int)), 13)").alias("p")
+    )
+    assert all(key_ranges.partition_of(r.v, 13) == r.p for r in hashed.collect())
+
+
+def test_first_write_files_cover_disjoint_key_ranges_and_hold_the_newest_rows(
+    spark, tmp_path, orders_source
+):
+    rng = random.Random(7)
+    changes = [
+        (rng.randrange(1, 5_000), "placed", float(i), at(1, rng.random() * 23))
+        for i in range(4_000)
+    ]
+    orders_source.upsert(changes)
+    target = DeltaTarget("orders", str(tmp_path / "orders"))
+
+    with settings(spark, SPREAD):
+        load(spark, make_spec(orders_source.path), target, 1)
+
+    ranges = file_ranges(target.path, "order_id")
+    assert len(ranges) == 8
+    assert_disjoint(ranges)
+    newest: dict[int, tuple] = {}
+    for row in sorted(changes, key=lambda r: r[3]):
+        newest[row[0]] = row
+    assert [r[:2] for r in target_rows(target)] == sorted((k, "placed") for k in newest)
+    assert {r[0]: r[2] for r in target_rows(target)} == {k: r[2] for k, r in newest.items()}
+
+
+@pytest.mark.parametrize(
+    ("type_name", "value"),
+    [
+        ("date", lambda i: date(2026, 1, 1) + timedelta(days=i)),
+        ("timestamp", lambda i: datetime(2026, 1, 1) + timedelta(seconds=37 * i)),
+        ("decimal(12,2)", lambda i: Decimal(i) / 4),
+        ("string", lambda i: f"k{i:06d}"),
+    ],
+)
+def test_keys_of_other_types_are_ranged_too(spark, type_name, value):
+    order = list(range(3_000))
+    random.Random(3).shuffle(order)
+    rows = spark.createDataFrame([(value(i), i) for i in order], f"k {type_name}, n int")
+
+    with settings(spark, SPREAD):
+        shuffled = by_key(rows, ["k"], creates_table=True)
+        parts = shuffled.groupBy(F.spark_partition_id().alias("p")).agg(
+            F.min("k").alias("low"), F.max("k").alias("high"), F.count("*").alias("rows")
+        )
+        found = sorted((r.low, r.high) for r in parts.collect())
+
+    assert key_ranges.KEY_RANGE not in shuffled.columns
+    assert len(found) >= 6
+    assert_disjoint(found)
+    assert shuffled.count() == 3_000
+
+
+def test_the_partition_count_is_adaptive_executions_initial_one_and_auto_is_declined(spark):
+    rows = spark.range(0, 100).withColumnRenamed("id", "k")
+
+    # Databricks' "auto" (open-source Spark refuses it as a setting).
+    assert key_ranges.partition_count("auto") is None
+    assert key_ranges.partition_count("0") is None
+    initial = {"spark.sql.adaptive.coalescePartitions.initialPartitionNum": "12"}
+    with settings(spark, initial):
+        assert key_ranges.shuffle_partitions(spark) == 12
+        assert key_ranges.ranged(spark, rows, "k") is not None
+    with settings(spark, {**initial, "spark.sql.adaptive.enabled": "false"}):
+        configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        assert key_ranges.shuffle_partitions(spark) == configured != 12
+
+
+def test_no_rows_and_null_keys(spark):
+    empty = spark.range(0, 10).withColumnRenamed("id", "k").filter("k < 0")
+    assert key_ranges.ranged(spark, empty, "k") is None
+
+    rows = spark.createDataFrame([(None,), (1,), (2,), (None,)], "k long")
+    with settings(spark, SPREAD):
+        shuffled = by_key(rows, ["k"], creates_table=True)
+        assert sorted(shuffled.collect(), key=lambda r: (r.k is None, r.k or 0)) == [
+            (1,),
+            (2,),
+            (None,),
+            (None,),
+        ]
+
+
+@pytest.mark.classic_only("reads the physical plan through the local session")
+def test_the_per_key_window_reuses_the_range_shuffle(spark):
+    rows = spark.range(0, 2_000).select(
+        (F.col("id") % 700).alias("k"),
+        F.col("id").alias("updated_at"),
+        F.lit(1).alias("_ia_row_hash"),
+    )
+
+    with settings(spark, SPREAD):
+        ranged = by_key(rows, ["k"], creates_table=True, keep_range=True)
+        newest = drop_range(
+            ranged.transform(newest_per_key(window_keys(ranged, ["k"]), "updated_at"))
+        )
+        plan = newest._jdf.queryExecution().executedPlan().toString()
+        result = newest.collect()
+
+    assert plan.count("Exchange") == 1, plan
+    assert len(result) == 700
+    assert key_ranges.KEY_RANGE not in newest.columns
