@@ -11,7 +11,11 @@ from pyspark.sql.types import TimestampNTZType
 ROW_HASH = "_ia_row_hash"
 """Content hash of a row's source columns: detects unchanged rows and breaks watermark ties."""
 
-SYSTEM_COLUMNS = (ROW_HASH,)
+KEY_RANGE = "_ia_key_range"
+"""The range of the first key a created table's rows are shuffled by (engine/spark/
+key_ranges.py); never written."""
+
+SYSTEM_COLUMNS = (ROW_HASH, KEY_RANGE)
 
 
 def naive_timestamp_columns(df: DataFrame) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine import DeltaTarget, SchemaMismatchError
 from incremental_assets.engine.spark import key_ranges
 from incremental_assets.engine.strategies.base import by_key, drop_range, window_keys
 from incremental_assets.engine.transforms import newest_per_key
@@ -92,6 +92,7 @@ def test_first_write_files_cover_disjoint_key_ranges_and_hold_the_newest_rows(
     ranges = file_ranges(target.path, "order_id")
     assert len(ranges) == 8
     assert_disjoint(ranges)
+    assert key_ranges.KEY_RANGE not in pa.schema(DeltaTable(target.path).schema()).names
     newest: dict[int, tuple] = {}
     for row in sorted(changes, key=lambda r: r[3]):
         newest[row[0]] = row
@@ -136,9 +137,10 @@ def test_the_partition_count_is_adaptive_executions_initial_one_and_auto_is_decl
     with settings(spark, initial):
         assert key_ranges.shuffle_partitions(spark) == 12
         assert key_ranges.ranged(spark, rows, "k") is not None
-    with settings(spark, {**initial, "spark.sql.adaptive.enabled": "false"}):
-        configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        assert key_ranges.shuffle_partitions(spark) == configured != 12
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    for off in ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled"):
+        with settings(spark, {**initial, off: "false"}):
+            assert key_ranges.shuffle_partitions(spark) == configured != 12
 
 
 def test_no_rows_and_null_keys(spark):
@@ -175,3 +177,37 @@ def test_the_per_key_window_reuses_the_range_shuffle(spark):
     assert plan.count("Exchange") == 1, plan
     assert len(result) == 700
     assert key_ranges.KEY_RANGE not in newest.columns
+
+
+def test_a_created_table_checked_by_quality_rules_is_ranged_from_its_checked_copy(
+    spark, tmp_path, orders_source
+):
+    order = list(range(1, 3_001))
+    random.Random(5).shuffle(order)
+    orders_source.upsert([(i, "placed", float(i % 7) - 1, at(1, i % 23)) for i in order])
+    target = DeltaTarget("orders", str(tmp_path / "orders"))
+    rule = {"name": "amount_positive", "check": "amount > 0", "action": "quarantine"}
+
+    with settings(spark, SPREAD):
+        result = load(spark, make_spec(orders_source.path, quality={"rules": [rule]}), target, 1)
+
+    kept = [i for i in range(1, 3_001) if i % 7 > 1]
+    assert result.quality.rows_quarantined == 3_000 - len(kept)
+    assert [r[0] for r in target_rows(target)] == kept
+    assert_disjoint(file_ranges(target.path, "order_id"))
+    assert len(file_ranges(target.path, "order_id")) == 8
+    assert key_ranges.KEY_RANGE not in pa.schema(DeltaTable(target.path).schema()).names
+
+
+def test_a_source_column_named_like_the_key_range_is_refused(spark, tmp_path):
+    source = str(tmp_path / "source")
+    spark.createDataFrame(
+        [(1, "placed", 1.0, at(1, 2), 5)],
+        "order_id long, status string, amount double, updated_at timestamp, _ia_key_range int",
+    ).write.format("delta").save(source)
+    target = DeltaTarget("orders", str(tmp_path / "orders"))
+
+    with pytest.raises(SchemaMismatchError, match=r"_ia_key_range.*reserved for the loader"):
+        load(spark, make_spec(source), target, 1)
+
+    assert not DeltaTable.is_deltatable(target.path)

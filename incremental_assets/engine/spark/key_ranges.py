@@ -23,9 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.engine.spark.aggregates import aggregated
-from incremental_assets.engine.transforms import quote
-
-KEY_RANGE = "_ia_key_range"
+from incremental_assets.engine.transforms import KEY_RANGE, quote
 
 # Spark's hash partitioning: pmod(murmur3_x86_32(value, seed 42), partitions).
 _SEED = 42
@@ -60,12 +58,19 @@ def ranged(spark: SparkSession, rows: DataFrame, key: str) -> DataFrame | None:
 
 def shuffle_partitions(spark: SparkSession) -> int | None:
     """The partitions a shuffle by column starts with: adaptive execution's initial
-    count where it sets one, else ``spark.sql.shuffle.partitions``."""
+    count where it sets one and coalesces partitions, else ``spark.sql.shuffle.partitions``
+    (as Spark's ``SQLConf.numShufflePartitions``)."""
     conf = spark.conf
     initial = None
-    if conf.get("spark.sql.adaptive.enabled", "true").lower() == "true":
+    if _on(conf.get("spark.sql.adaptive.enabled", "true")) and _on(
+        conf.get("spark.sql.adaptive.coalescePartitions.enabled", "true")
+    ):
         initial = conf.get("spark.sql.adaptive.coalescePartitions.initialPartitionNum", None)
     return partition_count(initial or conf.get("spark.sql.shuffle.partitions", "200"))
+
+
+def _on(text: str | None) -> bool:
+    return str(text).strip().lower() == "true"
 
 
 def partition_count(text: str | None) -> int | None:
