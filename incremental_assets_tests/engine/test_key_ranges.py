@@ -5,7 +5,6 @@ rows are the newest per key as before."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import random
 from datetime import date, datetime, timedelta
@@ -17,6 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import DeltaTarget, SchemaMismatchError
+from incremental_assets.engine.delta_lake.commits import session_settings
 from incremental_assets.engine.spark import key_ranges
 from incremental_assets.engine.strategies.base import by_key, drop_range, window_keys
 from incremental_assets.engine.transforms import newest_per_key
@@ -30,24 +30,6 @@ SPREAD = {
     "spark.sql.adaptive.coalescePartitions.enabled": "false",
     "spark.sql.files.openCostInBytes": str(256 << 20),
 }
-
-
-@contextlib.contextmanager
-def settings(spark, values: dict[str, str | None]):
-    before = {k: spark.conf.get(k, None) for k in values}
-    try:
-        for k, v in values.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def file_ranges(path: str, key: str) -> list[tuple]:
@@ -86,7 +68,7 @@ def test_first_write_files_cover_disjoint_key_ranges_and_hold_the_newest_rows(
     orders_source.upsert(changes)
     target = DeltaTarget("orders", str(tmp_path / "orders"))
 
-    with settings(spark, SPREAD):
+    with session_settings(spark, SPREAD):
         load(spark, make_spec(orders_source.path), target, 1)
 
     ranges = file_ranges(target.path, "order_id")
@@ -114,7 +96,7 @@ def test_keys_of_other_types_are_ranged_too(spark, type_name, value):
     random.Random(3).shuffle(order)
     rows = spark.createDataFrame([(value(i), i) for i in order], f"k {type_name}, n int")
 
-    with settings(spark, SPREAD):
+    with session_settings(spark, SPREAD):
         shuffled = by_key(rows, ["k"], creates_table=True)
         parts = shuffled.groupBy(F.spark_partition_id().alias("p")).agg(
             F.min("k").alias("low"), F.max("k").alias("high"), F.count("*").alias("rows")
@@ -134,21 +116,21 @@ def test_the_partition_count_is_adaptive_executions_initial_one_and_auto_is_decl
     assert key_ranges.partition_count("auto") is None
     assert key_ranges.partition_count("0") is None
     initial = {"spark.sql.adaptive.coalescePartitions.initialPartitionNum": "12"}
-    with settings(spark, initial):
+    with session_settings(spark, initial):
         assert key_ranges.shuffle_partitions(spark) == 12
-        assert key_ranges.ranged(spark, rows, "k") is not None
+        assert key_ranges.ranged(rows, "k") is not None
     configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
     for off in ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled"):
-        with settings(spark, {**initial, off: "false"}):
+        with session_settings(spark, {**initial, off: "false"}):
             assert key_ranges.shuffle_partitions(spark) == configured != 12
 
 
 def test_no_rows_and_null_keys(spark):
     empty = spark.range(0, 10).withColumnRenamed("id", "k").filter("k < 0")
-    assert key_ranges.ranged(spark, empty, "k") is None
+    assert key_ranges.ranged(empty, "k") is None
 
     rows = spark.createDataFrame([(None,), (1,), (2,), (None,)], "k long")
-    with settings(spark, SPREAD):
+    with session_settings(spark, SPREAD):
         shuffled = by_key(rows, ["k"], creates_table=True)
         assert sorted(shuffled.collect(), key=lambda r: (r.k is None, r.k or 0)) == [
             (1,),
@@ -166,7 +148,7 @@ def test_the_per_key_window_reuses_the_range_shuffle(spark):
         F.lit(1).alias("_ia_row_hash"),
     )
 
-    with settings(spark, SPREAD):
+    with session_settings(spark, SPREAD):
         ranged = by_key(rows, ["k"], creates_table=True, keep_range=True)
         newest = drop_range(
             ranged.transform(newest_per_key(window_keys(ranged, ["k"]), "updated_at"))
@@ -188,7 +170,7 @@ def test_a_created_table_checked_by_quality_rules_is_ranged_from_its_checked_cop
     target = DeltaTarget("orders", str(tmp_path / "orders"))
     rule = {"name": "amount_positive", "check": "amount > 0", "action": "quarantine"}
 
-    with settings(spark, SPREAD):
+    with session_settings(spark, SPREAD):
         result = load(spark, make_spec(orders_source.path, quality={"rules": [rule]}), target, 1)
 
     kept = [i for i in range(1, 3_001) if i % 7 > 1]

@@ -30,12 +30,12 @@ _SEED = 42
 _MASK = 0xFFFFFFFF
 
 
-def ranged(spark: SparkSession, rows: DataFrame, key: str) -> DataFrame | None:
+def ranged(rows: DataFrame, key: str) -> DataFrame | None:
     """``rows`` with a ``KEY_RANGE`` column, hash-shuffled on it so that partition ``i``
     holds the ``i``-th range of ``key``; None where this does not apply (the caller then
     range-partitions): a key that is not a number, date or timestamp, no rows, or a
     shuffle partition count Spark decides itself."""
-    partitions = shuffle_partitions(spark)
+    partitions = shuffle_partitions(rows.sparkSession)
     column = F.col(quote(key))
     position = _position(rows.schema[key].dataType, column)
     if partitions is None or position is None:
@@ -100,9 +100,7 @@ def partition_of(value: int, partitions: int) -> int:
 
 def _position(data_type: T.DataType, column: Column) -> Column | None:
     """The key as a number whose order is the key's order (None: no such number here)."""
-    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-        return column.cast("double")
-    if isinstance(data_type, (T.FloatType, T.DoubleType, T.DecimalType)):
+    if isinstance(data_type, T.NumericType):
         return column.cast("double")
     if isinstance(data_type, T.DateType):
         return F.unix_date(column).cast("double")

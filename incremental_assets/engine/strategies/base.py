@@ -338,7 +338,7 @@ def by_key(
     columns = [F.col(transforms.quote(k)) for k in keys]
     if not creates_table:
         return rows.repartition(*columns)
-    found = key_ranges.ranged(rows.sparkSession, rows, keys[0])
+    found = key_ranges.ranged(rows, keys[0])
     if found is None:
         return rows.repartitionByRange(*columns)
     return found if keep_range else found.drop(key_ranges.KEY_RANGE)
