@@ -72,6 +72,13 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # run builds thousands of Columns, and the engine's errors name the table and the
     # step themselves. Off: ~5% of a small run's time here.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Spark keeps the classes it generates for a query's operators and expressions in a
+    # cache of this many (default 100), shared by every job of the JVM. One small run uses
+    # more than 100 (the probe, the staging write, Delta's snapshot and MERGE), so with
+    # the default each run evicted what the next would reuse and compiled about 70
+    # classes again (some 25 ms each); with room for them, a warm run compiled 14 and its
+    # step took about a second less. A class is a few kilobytes.
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 
 
