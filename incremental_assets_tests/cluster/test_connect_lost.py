@@ -5,13 +5,15 @@ process holds Connect sessions or a local one, not both)."""
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.engine.errors import SparkRemoteError
-from incremental_assets.engine.spark.remote import SETTING
+from incremental_assets.engine.spark.remote import REMOTE_ENV, SETTING
 from incremental_assets.engine.spark_session import start_session
 from incremental_assets_tests.builders import at, load, make_spec, target_rows
 from incremental_assets_tests.servers import start_connect_server
@@ -57,3 +59,27 @@ def test_a_connect_server_killed_mid_load_fails_the_run_and_the_next_run_is_exac
     assert target_rows(target) == [(1, "paid", 11.0, at(1, 3)), (2, "placed", 20.0, at(1, 2))]
     load(spark, spec, target, 1)  # and a re-run changes nothing
     assert target_rows(target) == [(1, "paid", 11.0, at(1, 3)), (2, "placed", 20.0, at(1, 2))]
+
+
+def test_a_thread_keeps_its_connect_session_while_the_server_knows_it(spark):
+    """Runs in one process with the same settings take the session of the last one again
+    (the server compiles a query's classes once per session); a thread of its own, or other
+    settings, get their own; and a session its server no longer knows is replaced."""
+    url = os.environ[REMOTE_ENV]
+    conf = {"spark.remote": url, "spark.sql.shuffle.partitions": "3"}
+    with ThreadPoolExecutor(1) as pool:  # one thread, of its own: not the suite's session
+
+        def session(settings: dict[str, str]):
+            return pool.submit(start_session, settings).result()
+
+        first = session(conf)
+        assert first is not spark
+        assert session(conf) is first
+        other = session({**conf, "spark.sql.shuffle.partitions": "4"})
+        assert other is not first
+        assert first.conf.get("spark.sql.shuffle.partitions") == "3"
+
+        first.client.release_session()  # as a restarted server: it no longer knows it
+        after = session(conf)
+        assert after is not first
+        assert after.range(3).count() == 3
