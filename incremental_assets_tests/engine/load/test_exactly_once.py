@@ -7,9 +7,12 @@ each point with the tables whose writes before it differ (six tests; each starts
 Spark applications).
 
 Each table is seeded with its first day in this process (the engine's load, and a Dagster
-record of it), so every test starts only the two child processes it is about: the killed
-run and the re-run (each starts its own Spark; with the optimizing JIT compiler and 8 shuffle
-partitions a child took 43-48 s on 2 shared cores, with builders.CHILD_SPARK_CONF 26-27 s)."""
+record of it), so every test starts only the child process it is about: the killed run (it
+starts its own Spark; with the optimizing JIT compiler and 8 shuffle partitions a child took
+43-48 s on 2 shared cores, with builders.CHILD_SPARK_CONF 26-27 s). The re-run is the same
+asset materialized in this process, on the suite's Spark session, after freeing the pool
+of the dead run as the project's executor does (dagster_layer/test_crashed_runs.py runs
+that re-run as a CLI child): the recovery under test is the engine's, from the Delta log."""
 
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 
+from incremental_assets.dagster_layer.assets import pool_name
+from incremental_assets.dagster_layer.build import build_definitions
+from incremental_assets.dagster_layer.pools import wait_for_pools
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.faults import CRASH_ENV
 from incremental_assets.engine.reload import differences
@@ -48,6 +54,11 @@ from incremental_assets_tests.builders import (
 pytestmark = pytest.mark.slow
 
 FIRST_DAY, CRASH_DAY = "2026-01-01", "2026-01-02"
+# The suite session's own settings (conftest.py), for the re-runs made in this process.
+SESSION_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
 
 # --- the tables ------------------------------------------------------------------------
 
@@ -261,6 +272,27 @@ class ChildProject:
             raise AssertionError(done.stdout[-3000:] + done.stderr[-3000:])
         return done.returncode
 
+    def rerun_here(self, partition: str) -> None:
+        """Materialize ``partition`` again in this process: the same tables (a file beside
+        the child's, with this session's settings), the same instance, the dead run's pool
+        slot freed first (``dg.materialize`` runs Dagster's own executor)."""
+        here = self.root / "here.yaml"
+        here.write_text(
+            f"warehouse:\n  root: ./warehouse\n{spark_section(SESSION_CONF)}"
+            f"tables:{self.table.yaml}"
+        )
+        project = load_project(here)
+        defs = build_definitions(project)
+        with self.instance() as instance:
+            wait_for_pools(instance, [pool_name(project.tables[0])], lambda text: None)
+            result = dg.materialize(
+                [defs.get_assets_def(self.table.name)],
+                partition_key=partition,
+                instance=instance,
+                resources=defs.resources,
+            )
+        assert result.success
+
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.root / "home"))
 
@@ -369,7 +401,7 @@ def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, 
     staging_root = Path(f"{child.target.path}__staging")
     assert staging_left(staging_root)  # the killed run's folder, on the warehouse
 
-    assert child.materialize(CRASH_DAY) == 0
+    child.rerun_here(CRASH_DAY)
     child.assert_rerun_freed(dead_run)
     assert staging_left(staging_root) == []  # removed by the next run
     assert_equals_reference(child, spark)
@@ -396,7 +428,7 @@ def test_kill_after_delta_commit_before_dagster_records_it_is_recovered_on_rerun
     assert child.target.state(child.table.kind).cursor == child.table.cursor()
     dead_run = child.assert_killed_run_held_its_slot()
 
-    assert child.materialize(CRASH_DAY) == 0
+    child.rerun_here(CRASH_DAY)
     child.assert_rerun_freed(dead_run)
 
     assert child.version() == version + 1  # nothing twice
