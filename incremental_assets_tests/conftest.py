@@ -161,6 +161,9 @@ def connect_server(
     server = start_connect_server(folder, s3_endpoint, serves_a_suite=THROUGH_CONNECT)
     STARTED["Spark Connect server"] = server.started_in
     yield server
+    # The sessions made on it (and on the servers tests start) would each wait out their
+    # retries at exit, when PySpark clears their ML caches on the stopped server.
+    remote.give_up_on_servers()
     server.stop()
 
 

@@ -14,6 +14,7 @@ run's Delta commit is atomic on the server, so nothing of it is half-committed.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import warnings
@@ -119,6 +120,16 @@ def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
         raise
     _KEPT[key] = session
     return session
+
+
+def give_up_on_servers() -> None:
+    """Make every session this module made fail at once, without retries, from now on: for
+    a process whose servers are stopped before it exits (a test session). PySpark clears
+    each client's ML cache on the server at the process's exit; against a server that is
+    gone, each client would first wait out its retries (about 8 s a session)."""
+    for session in list(_URLS):
+        with contextlib.suppress(Exception):
+            session.client.set_retry_policies([])
 
 
 def _known(session: SparkSession) -> bool:
