@@ -193,10 +193,10 @@ _SPILL_RUN = textwrap.dedent(
     from incremental_assets.engine import DeltaTarget, run_load
     from incremental_assets.engine.errors import DiskFullError
     from incremental_assets.engine.spark_session import local_session
-    from incremental_assets_tests.builders import day_request, make_spec
+    from incremental_assets_tests.builders import CHILD_SPARK_CONF, day_request, make_spec
 
     root, local_dir = Path(sys.argv[1]), Path(sys.argv[2])
-    spark = local_session("spill", **{"spark.local.dir": str(local_dir)})
+    spark = local_session("spill", **{**CHILD_SPARK_CONF, "spark.local.dir": str(local_dir)})
     spec = make_spec(str(root / "source"))
     target = DeltaTarget("orders", str(root / "warehouse" / "orders"))
     staging = str(root / "staging")

@@ -15,6 +15,7 @@ import pytest
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import JarsUnavailableError
 from incremental_assets.engine.spark import class_archive
+from incremental_assets_tests.servers import QUICK_JIT
 
 START = """
 import sys
@@ -57,6 +58,9 @@ def _start(
             # Its jars (and so its class path) are its own: a class archive recorded for
             # them would serve no other start (engine/spark/class_archive.py).
             class_archive.ARCHIVE_ENV: "off",
+            # Its JVMs (Spark's, Maven's) start, run a few statements and exit: the quick
+            # JIT compiler, as the tests' other child runs have.
+            "JAVA_TOOL_OPTIONS": QUICK_JIT,
             **env,
         },
         capture_output=True,

@@ -22,6 +22,7 @@ import pytest
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.engine.reload import differences
 from incremental_assets.specs import load_project
+from incremental_assets_tests.servers import QUICK_JIT
 from incremental_assets_tests.ui.browser import (
     NO_CHROMIUM,
     Browser,
@@ -58,6 +59,9 @@ def test_the_ui_shows_the_demo_and_backfills_from_it(finished_demo, tmp_path, mo
     # The backfill: the demo's last day (rows already loaded, read again) and the next.
     backfilled = [demo_days[-1], f"{start + timedelta(days=rounds):%Y-%m-%d}"]
 
+    # The backfill's run starts a Spark of its own for a few small loads: the quick JIT
+    # compiler, as the tests' other child runs have (servers.QUICK_JIT).
+    env["JAVA_TOOL_OPTIONS"] = QUICK_JIT
     log = tmp_path / "dagster-dev.log"
     with (
         dagster_dev(root, env, log) as url,
