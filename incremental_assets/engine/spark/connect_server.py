@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,19 @@ def stop_with_parent() -> None:
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def started_with_parent(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``command`` and the ``preexec_fn`` that stop its process with this one: util-linux's
+    ``setpriv --pdeathsig`` where there is one, so that Popen needs no code of its own in
+    the child. A ``preexec_fn`` makes Popen fork instead of vfork, which runs gRPC's fork
+    handlers in the child; in a process holding Spark Connect clients they restart gRPC's
+    poller there, which can abort the child before its exec (grpc/grpc#43055: the server
+    then "exits with code -6")."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv:
+        return [setpriv, "--pdeathsig", "TERM", "--", *command], None
+    return command, stop_with_parent
 
 
 def spark_home() -> Path:
@@ -130,12 +144,9 @@ def start(
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     out = log.open("ab") if log else None
     started = time.monotonic()
+    argv, preexec = started_with_parent(command(cached_jars(conf), host, port))
     process = subprocess.Popen(
-        command(cached_jars(conf), host, port),
-        stdout=out,
-        stderr=subprocess.STDOUT if out else None,
-        env=env,
-        preexec_fn=stop_with_parent,
+        argv, stdout=out, stderr=subprocess.STDOUT if out else None, env=env, preexec_fn=preexec
     )
     server = ConnectServer(process, host, port, 0.0)
     while time.monotonic() - started < timeout:
