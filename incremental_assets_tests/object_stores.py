@@ -16,7 +16,7 @@ from pathlib import Path
 from dagster_deltalake import AzureConfig, S3Config
 
 from incremental_assets.dagster_layer.resources import DeltaWarehouse
-from incremental_assets.engine.spark.connect_server import stop_with_parent
+from incremental_assets.engine.spark.connect_server import started_with_parent
 
 _MOTO = Path(sys.executable).parent / "moto_server"
 # Azurite's fixed development account (public, documented by Microsoft).
@@ -38,11 +38,10 @@ class _Server:
 
     def __init__(self, command: list[str], port: int, log: Path, request_log: Path):
         self.port, self.log, self.request_log = port, log, request_log
+        # A killed test run leaves no server behind.
+        argv, preexec = started_with_parent(command)
         self.process = subprocess.Popen(
-            command,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            preexec_fn=stop_with_parent,  # a killed test run leaves no server behind
+            argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), preexec_fn=preexec
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

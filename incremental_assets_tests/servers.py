@@ -36,7 +36,7 @@ from incremental_assets.engine.spark import connect_server, connectors
 from incremental_assets.engine.spark.connect_server import (
     ConnectServer,
     spark_home,
-    stop_with_parent,
+    started_with_parent,
 )
 from incremental_assets.engine.spark_session import spark_conf
 
@@ -214,8 +214,9 @@ class StandaloneCluster:
     ) -> subprocess.Popen:
         log = (self.root / f"{name}.log").open("ab")
         command = [*(prefix or []), str(spark_home() / "bin" / "spark-class"), *args]
+        argv, preexec = started_with_parent(command)
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=stop_with_parent
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec
         )
         self.processes.append(process)
         return process

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from incremental_assets.engine.spark.connect_server import stop_with_parent
+from incremental_assets.engine.spark.connect_server import started_with_parent
 
 BUCKET = "demo-warehouse"
 REGION = "us-east-1"
@@ -58,11 +58,10 @@ def local_s3(log_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
         port = probe.getsockname()[1]
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "moto.log"
+    # A killed demo leaves no server behind.
+    argv, preexec = started_with_parent([command, "-H", "127.0.0.1", "-p", str(port)])
     process = subprocess.Popen(
-        [command, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
-        preexec_fn=stop_with_parent,  # a killed demo leaves no server behind
+        argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), preexec_fn=preexec
     )
     try:
         endpoint = f"http://127.0.0.1:{port}"
