@@ -368,7 +368,16 @@ def report(results: list[CaseResult], agings: list[Aging], big: Huge | None, arg
             ),
         ]
     if big is not None:
-        parts += ["", f"{_size(big.rows)} target: initial load {big.initial_s:.0f}s", jobs_of(big)]
+        nb = big.notebook
+        parts += [
+            "",
+            f"{_size(big.rows)} target: initial load {big.initial_s:.0f}s; the increment: this "
+            f"project {big.run.seconds:.2f}s ({big.run.rows_written:,} rows written, "
+            f"{len(big.run.measure.jobs)} jobs), notebook MERGE {nb.seconds:.2f}s "
+            f"({nb.rows_written:,} rows written, {len(nb.measure.jobs)} jobs, heap peak "
+            f"{nb.measure.heap_peak / 2**30:.2f} GiB)",
+            jobs_of(big),
+        ]
     return "\n".join(parts)
 
 

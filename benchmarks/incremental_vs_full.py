@@ -139,6 +139,7 @@ class Huge:
     rows: int
     initial_s: float
     run: Run
+    notebook: Run
 
 
 def commits_after(path: str, version: int) -> list[dict]:
@@ -521,13 +522,25 @@ def huge(bench: Bench, rows: int, say) -> Huge:
     target = DeltaTarget(spec.name, str(root / "target"))
     initial = bench.load("initial load", spec, target, initial_request(rows), stage)
     say(f"initial load: {initial.seconds:.1f}s")
+    # What a user would otherwise run, on a copy of the same target: the notebook MERGE.
+    copy = str(root / "notebook")
+    copy_table(target.path, copy)
+    cursor = cursor_of(target, spec.watermark.kind)
     increment = case.scenario.increment(rows, args.increment, seed=rows)
     case.scenario.apply(source, increment)
+    spark = bench.spark
+    notebook = bench.measured(
+        "notebook MERGE", [copy], lambda: notebook_merge(spark, case.kind, source, copy, cursor)
+    )[0]
+    say(f"notebook MERGE: {notebook.seconds:.2f}s, {notebook.rows_written:,} rows written")
     run = bench.load("this project", spec, target, increment_request(increment, "inc"), stage)
-    say(f"incremental: {run.seconds:.2f}s, heap peak {run.measure.heap_peak / 2**30:.2f} GiB")
+    say(
+        f"incremental: {run.seconds:.2f}s, {run.rows_written:,} rows written, heap peak "
+        f"{run.measure.heap_peak / 2**30:.2f} GiB"
+    )
     if not args.keep_data:
         shutil.rmtree(root, ignore_errors=True)
-    return Huge(rows, initial.seconds, run)
+    return Huge(rows, initial.seconds, run, notebook)
 
 
 # --- command line ---------------------------------------------------------------------
