@@ -38,10 +38,8 @@ class _Server:
 
     def __init__(self, command: list[str], port: int, log: Path, request_log: Path):
         self.port, self.log, self.request_log = port, log, request_log
-        # A killed test run leaves no server behind.
-        argv, preexec = started_with_parent(command)
-        self.process = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), preexec_fn=preexec
+        self.process = started_with_parent(  # a killed test run leaves no server behind
+            command, stdout=subprocess.DEVNULL, stderr=log.open("w")
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -214,10 +214,7 @@ class StandaloneCluster:
     ) -> subprocess.Popen:
         log = (self.root / f"{name}.log").open("ab")
         command = [*(prefix or []), str(spark_home() / "bin" / "spark-class"), *args]
-        argv, preexec = started_with_parent(command)
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec
-        )
+        process = started_with_parent(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.processes.append(process)
         return process
 

@@ -58,10 +58,10 @@ def local_s3(log_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
         port = probe.getsockname()[1]
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "moto.log"
-    # A killed demo leaves no server behind.
-    argv, preexec = started_with_parent([command, "-H", "127.0.0.1", "-p", str(port)])
-    process = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), preexec_fn=preexec
+    process = started_with_parent(  # a killed demo leaves no server behind
+        [command, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
     )
     try:
         endpoint = f"http://127.0.0.1:{port}"

@@ -25,9 +25,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import ConnectorSettingError, JarsUnavailableError
@@ -66,7 +67,7 @@ class ConnectServer:
                 self.process.wait()
 
 
-def stop_with_parent() -> None:
+def _stop_with_parent() -> None:
     """For ``Popen(preexec_fn=...)``: on Linux the child is sent SIGTERM when the process
     that started it ends, however it ends (a killed test run leaves no server behind).
     The setting survives the exec of spark-submit into the JVM."""
@@ -77,17 +78,17 @@ def stop_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def started_with_parent(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
-    """``command`` and the ``preexec_fn`` that stop its process with this one: util-linux's
-    ``setpriv --pdeathsig`` where there is one, so that Popen needs no code of its own in
-    the child. A ``preexec_fn`` makes Popen fork instead of vfork, which runs gRPC's fork
-    handlers in the child; in a process holding Spark Connect clients they restart gRPC's
-    poller there, which can abort the child before its exec (grpc/grpc#43055: the server
-    then "exits with code -6")."""
+def started_with_parent(command: list[str], **popen: Any) -> subprocess.Popen:
+    """``command`` started (``popen``: Popen's other arguments) so that it stops when this
+    process ends, however it ends: under util-linux's ``setpriv --pdeathsig`` where there
+    is one, so that Popen needs no code of its own in the child. A ``preexec_fn`` makes
+    Popen fork instead of vfork, which runs gRPC's fork handlers in the child; in a process
+    holding Spark Connect clients they restart gRPC's poller there, which can abort the
+    child before its exec (grpc/grpc#43055: the server then "exits with code -6")."""
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
     if setpriv:
-        return [setpriv, "--pdeathsig", "TERM", "--", *command], None
-    return command, stop_with_parent
+        return subprocess.Popen([setpriv, "--pdeathsig", "TERM", "--", *command], **popen)
+    return subprocess.Popen(command, preexec_fn=_stop_with_parent, **popen)
 
 
 def spark_home() -> Path:
@@ -144,9 +145,11 @@ def start(
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     out = log.open("ab") if log else None
     started = time.monotonic()
-    argv, preexec = started_with_parent(command(cached_jars(conf), host, port))
-    process = subprocess.Popen(
-        argv, stdout=out, stderr=subprocess.STDOUT if out else None, env=env, preexec_fn=preexec
+    process = started_with_parent(
+        command(cached_jars(conf), host, port),
+        stdout=out,
+        stderr=subprocess.STDOUT if out else None,
+        env=env,
     )
     server = ConnectServer(process, host, port, 0.0)
     while time.monotonic() - started < timeout:
