@@ -14,6 +14,7 @@ run's Delta commit is atomic on the server, so nothing of it is half-committed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import socket
 import threading
@@ -125,11 +126,17 @@ def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
 def give_up_on_servers() -> None:
     """Make every session this module made fail at once, without retries, from now on: for
     a process whose servers are stopped before it exits (a test session). PySpark clears
-    each client's ML cache on the server at the process's exit; against a server that is
-    gone, each client would first wait out its retries (about 8 s a session)."""
+    each client's ML cache on the server at the process's exit (an ``atexit`` hook per
+    client); against a server that is gone, each client would first wait out its retries
+    (about 8 s a session), then log the failure to whatever stderr was when PySpark was
+    imported (under pytest, a capture already closed: a "Logging error" traceback). The
+    hooks are dropped: a stopped server holds no cache."""
     for session in list(_URLS):
         with contextlib.suppress(Exception):
             session.client.set_retry_policies([])
+        cleanup = getattr(session.client, "_cleanup_ml_cache", None)
+        if cleanup is not None:
+            atexit.unregister(cleanup)
 
 
 def _known(session: SparkSession) -> bool:
