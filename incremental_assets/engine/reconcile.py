@@ -160,7 +160,7 @@ def reconcile(
     state = target.state(spec.watermark.kind)
     labels = _labels(start, end, granularity)
     in_range = (Range(spec.partition_column, start, True, end, False),)
-    source = _source_rows(spark, spec, state.cursor, start, source_storage)
+    source = _source_rows(spark, spec, state.cursor, start, source_storage, state.row_hash)
     source_counts = _counts(source.filter(predicates.to_filter([in_range])), spec)
     target_counts, gone = {}, {}
     if state.exists:
@@ -255,9 +255,11 @@ def _source_rows(
     cursor: object,
     start: datetime,
     source_storage: Mapping[str, str] | None,
+    row_hash: int,
 ) -> DataFrame:
     """One row per key as the target should hold it, for keys whose newest version (up to
-    the cursor) lies at or after ``start``."""
+    the cursor) lies at or after ``start`` (ties of the watermark broken by the target's
+    row hash, ``row_hash``)."""
     source = open_source(spark, spec.name, spec.source, dict(source_storage or {}))
     wm = spec.watermark
     ranges = []
@@ -273,7 +275,7 @@ def _source_rows(
     rows = (
         source.read(predicates.to_source_ranges(parts, types, zone))
         .filter(predicates.to_source_filter(parts, types, zone))
-        .transform(prepared_rows(spec))
+        .transform(prepared_rows(spec, row_hash=row_hash))
         .filter(predicates.to_filter(parts))
     )
     rules = spec.quality.rules

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterable, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import TimestampNTZType
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    MapType,
+    StructType,
+    TimestampNTZType,
+    VariantType,
+)
 
 ROW_HASH = "_ia_row_hash"
 """Content hash of a row's source columns: detects unchanged rows and breaks watermark ties."""
+
+ROW_HASH_VERSION = "incremental_assets.row_hash"
+"""The key, in the row hash column's metadata, of the way a table's hashes were computed."""
+
+LATEST_ROW_HASH = 2
+"""1: the row's JSON hashed (tables created before version 2 keep it: their hashes are
+compared with new rows' ones); 2: the values hashed directly, about 3x cheaper."""
 
 KEY_RANGE = "_ia_key_range"
 """The range of the first key a created table's rows are shuffled by (engine/spark/
@@ -41,16 +56,47 @@ def to_utc_instants(source_timezone: str):
     return transform
 
 
-def with_row_hash(exclude: Sequence[str] = ()):
-    """Add a 64-bit hash of the row's source columns (JSON-encoded, so nulls in different
-    columns hash differently)."""
+def row_hash_version(fields: Iterable | None) -> int:
+    """The row hash of a table whose schema's fields are ``fields`` (Spark's or delta-rs's:
+    each has a name and metadata): the version its creating run recorded in the hash
+    column's metadata, 1 for a table created before it was recorded, the latest for a
+    table not created yet (``fields`` None) or one without hashes."""
+    for field in fields or ():
+        if field.name == ROW_HASH:
+            return int((field.metadata or {}).get(ROW_HASH_VERSION, 1))
+    return LATEST_ROW_HASH
+
+
+def with_row_hash(exclude: Sequence[str] = (), version: int = LATEST_ROW_HASH):
+    """Add a 64-bit hash of the row's source columns. A null column adds nothing to it, so
+    a column added to the source (null in earlier rows) leaves earlier rows' hashes as they
+    were; a non-null one adds its name's checksum and its value, so nulls in different
+    columns hash differently. Version 1 hashed the row's JSON (which leaves out null
+    fields): the same rule, 3-4x the cost. The column records its version in its metadata,
+    so the table a run creates keeps it (``row_hash_version``)."""
 
     def transform(df: DataFrame) -> DataFrame:
         columns = [c for c in df.columns if c not in exclude and c not in SYSTEM_COLUMNS]
-        payload = F.to_json(F.struct(*[F.col(_quote(c)) for c in columns]))
-        return df.withColumn(ROW_HASH, F.xxhash64(payload))
+        if version == 1:
+            payload = F.to_json(F.struct(*[F.col(_quote(c)) for c in columns]))
+            return df.withColumn(ROW_HASH, F.xxhash64(payload))
+        parts: list[Column] = []
+        for name in columns:
+            value = F.col(_quote(name))
+            if _nested(df.schema[name].dataType):
+                value = F.to_json(value)
+            # xxhash64 skips nulls: a null column adds neither its name nor its value.
+            parts += [F.when(value.isNotNull(), F.lit(zlib.crc32(name.encode()))), value]
+        hashed = df.withColumn(ROW_HASH, F.xxhash64(*parts) if parts else F.lit(0).cast("long"))
+        return hashed.withMetadata(ROW_HASH, {ROW_HASH_VERSION: version})
 
     return transform
+
+
+def _nested(data_type: DataType) -> bool:
+    """A value Spark's hash functions refuse (maps, variants), or whose null elements or
+    fields they would skip ((1, null) and (null, 1) alike): hashed as its JSON."""
+    return isinstance(data_type, (ArrayType, MapType, StructType, VariantType))
 
 
 def newest_per_key(keys: Sequence[str], order_by: str):

@@ -306,7 +306,7 @@ def test_loads_recorded_before_identities_are_accepted_and_then_recorded(spark, 
         spark.read.format("delta")
         .load(source.path)
         .filter("order_id = 1")
-        .transform(transforms.with_row_hash())
+        .transform(transforms.with_row_hash(version=1))
     )
     delta_commits.append(
         first,

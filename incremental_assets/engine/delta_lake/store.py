@@ -43,7 +43,7 @@ from incremental_assets.engine.errors import (
     CursorLostError,
     TargetOwnedError,
 )
-from incremental_assets.engine.transforms import quote
+from incremental_assets.engine.transforms import LATEST_ROW_HASH, quote, row_hash_version
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (
     ID_MIN,
@@ -91,6 +91,8 @@ class TargetState:
     # Delta version (None: loads of earlier releases, which recorded none).
     source_identity: str | None = None
     source_identity_version: int | None = None
+    # How its rows are hashed (transforms.row_hash_version): new rows are hashed the same.
+    row_hash: int = LATEST_ROW_HASH
 
     @property
     def next_sequence(self) -> int:
@@ -222,6 +224,7 @@ class DeltaTarget:
             sequence=sequence,
             source_identity=source[0] if source else None,
             source_identity_version=source[1] if source else None,
+            row_hash=row_hash_version(table.schema().fields),
         )
 
     def _cursor(

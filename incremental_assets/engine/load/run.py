@@ -76,12 +76,13 @@ def _run_load(
     hook = hook or (lambda _phase: None)
     phase = Phases()
     started = time.perf_counter()
-    strategy = strategy_for(spec)
 
     source_path = spec.source.path or ""
     with phase("probe"), naming_source_files(spec.name, source_path):
         probed = probe(spark, spec, target, request, source_storage)
     source, state, clock, window = probed.source, probed.state, probed.clock, probed.window
+    # Rows are hashed the target's way: its stored hashes are compared with theirs.
+    strategy = strategy_for(spec, state.row_hash)
     hook("probed")
 
     if window.is_empty:

@@ -30,16 +30,20 @@ from incremental_assets.engine.strategies.rows import (
     NO_PARTITION,
     partition_key,
 )
+from incremental_assets.engine.transforms import LATEST_ROW_HASH
 from incremental_assets.engine.watermarks import from_transaction_version
 from incremental_assets.engine.windows import Window
 from incremental_assets.specs import TableSpec
 
 
-def prepared_rows(spec: TableSpec, taken_at: datetime | None = None):
+def prepared_rows(
+    spec: TableSpec, taken_at: datetime | None = None, row_hash: int = LATEST_ROW_HASH
+):
     """Raw source rows as the loader lands them: reshaped by the strategy, timestamps as UTC
-    instants, keys and watermark first, the row hash, and soft-delete flags for CDC tables
-    that keep deleted rows (added after the hash, so a replay hashes the same)."""
-    return strategy_for(spec).prepared(taken_at)
+    instants, keys and watermark first, the row hash (``row_hash``: the target's way), and
+    soft-delete flags for CDC tables that keep deleted rows (added after the hash, so a
+    replay hashes the same)."""
+    return strategy_for(spec, row_hash).prepared(taken_at)
 
 
 def window_rows(spec: TableSpec, source: Source, window: Window) -> DataFrame:

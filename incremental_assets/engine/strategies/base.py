@@ -85,8 +85,10 @@ class Strategy:
     # as it is written.
     change_kinds: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, spec: TableSpec) -> None:
+    def __init__(self, spec: TableSpec, row_hash: int = transforms.LATEST_ROW_HASH) -> None:
         self.spec = spec
+        # How rows are hashed: the target's own way (transforms.row_hash_version).
+        self.row_hash = row_hash
 
     # -- probe -----------------------------------------------------------------------------
 
@@ -148,7 +150,8 @@ class Strategy:
                 .transform(transforms.to_utc_instants(spec.source.timezone))
                 .transform(transforms.ordered_columns(spec.keys, spec.watermark.column))
             )
-            df = df.transform(transforms.with_row_hash(self.hash_excludes(df.columns)))
+            excludes = self.hash_excludes(df.columns)
+            df = df.transform(transforms.with_row_hash(excludes, self.row_hash))
             return self.flagged(df)
 
         return transform

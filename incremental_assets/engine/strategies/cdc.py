@@ -20,6 +20,7 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState,
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
 from incremental_assets.engine.strategies.base import Strategy, Transform
 from incremental_assets.engine.strategies.deletes import judge_deletes
+from incremental_assets.engine.transforms import LATEST_ROW_HASH
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.strategies import CdcStrategy
 
@@ -28,8 +29,8 @@ class Cdc(Strategy):
     kind = "cdc"
     guards_deletes = True
 
-    def __init__(self, spec: TableSpec) -> None:
-        super().__init__(spec)
+    def __init__(self, spec: TableSpec, row_hash: int = LATEST_ROW_HASH) -> None:
+        super().__init__(spec, row_hash)
         # The feed's settings: the strategy itself, or an scd2 table's ``changes``.
         feed = spec.feed
         assert isinstance(feed, CdcStrategy)

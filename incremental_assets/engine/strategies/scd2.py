@@ -41,6 +41,7 @@ from incremental_assets.engine.strategies.rows import (
 )
 from incremental_assets.engine.strategies.snapshot import Snapshot, refuse_repeated_keys
 from incremental_assets.engine.strategies.upsert import Upsert
+from incremental_assets.engine.transforms import LATEST_ROW_HASH
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.models import SNAPSHOT_AT
@@ -55,13 +56,13 @@ class Scd2(Strategy):
     kind = "scd2"
     change_kinds = HISTORY_KINDS
 
-    def __init__(self, spec: TableSpec) -> None:
-        super().__init__(spec)
+    def __init__(self, spec: TableSpec, row_hash: int = LATEST_ROW_HASH) -> None:
+        super().__init__(spec, row_hash)
         options = spec.history
         assert isinstance(options, Scd2Strategy)
         self.options = options
         # How the source delivers the changes: that strategy reads the window's rows.
-        self.changes = _DELIVERIES[options.changes.kind](spec)
+        self.changes = _DELIVERIES[options.changes.kind](spec, row_hash)
 
     # -- reading: as the strategy of the changes -------------------------------------------
 

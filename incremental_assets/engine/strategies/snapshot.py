@@ -25,6 +25,7 @@ from incremental_assets.engine.strategies.base import (
 from incremental_assets.engine.strategies.cdc import change_set_acts, change_set_clauses
 from incremental_assets.engine.strategies.deletes import judge_deletes
 from incremental_assets.engine.strategies.rows import change_counts, staged
+from incremental_assets.engine.transforms import LATEST_ROW_HASH
 from incremental_assets.engine.windows import LoadRequest, Window, snapshot_window
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.models import SNAPSHOT_AT
@@ -40,8 +41,8 @@ class Snapshot(Strategy):
     guards_deletes = True
     change_kinds = SNAPSHOT_KINDS
 
-    def __init__(self, spec: TableSpec) -> None:
-        super().__init__(spec)
+    def __init__(self, spec: TableSpec, row_hash: int = LATEST_ROW_HASH) -> None:
+        super().__init__(spec, row_hash)
         # The snapshot's settings: the strategy itself, or an scd2 table's ``changes``.
         options = spec.change_strategy
         assert isinstance(options, SnapshotStrategy)
