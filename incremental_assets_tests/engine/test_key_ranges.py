@@ -141,7 +141,7 @@ def test_no_rows_and_null_keys(spark):
 
 
 @pytest.mark.classic_only("reads the physical plan through the local session")
-def test_the_per_key_window_reuses_the_range_shuffle(spark):
+def test_the_per_key_window_reuses_the_range_shuffle_and_its_sort(spark):
     rows = spark.range(0, 2_000).select(
         (F.col("id") % 700).alias("k"),
         F.col("id").alias("updated_at"),
@@ -153,10 +153,13 @@ def test_the_per_key_window_reuses_the_range_shuffle(spark):
         newest = drop_range(
             ranged.transform(newest_per_key(window_keys(ranged, ["k"]), "updated_at"))
         )
+        # As the increment is staged: in key order, which the window's sort already gave.
+        newest = newest.sortWithinPartitions("k")
         plan = newest._jdf.queryExecution().executedPlan().toString()
         result = newest.collect()
 
     assert plan.count("Exchange") == 1, plan
+    assert plan.count("Sort [") == 1, plan
     assert len(result) == 700
     assert key_ranges.KEY_RANGE not in newest.columns
 

@@ -348,9 +348,11 @@ def by_key(
 
 
 def window_keys(rows: DataFrame, keys: list[str]) -> list[str]:
-    """The per-key window's partition columns: the keys, led by the range column where
-    ``by_key`` kept it (rows already shuffled on it need no second shuffle by key)."""
-    return [key_ranges.KEY_RANGE, *keys] if key_ranges.KEY_RANGE in rows.columns else keys
+    """The per-key window's partition columns: the keys, then the range column where
+    ``by_key`` kept it (rows already shuffled on it need no second shuffle by key). The
+    keys lead, so the window's sort leaves the rows in key order, as they are staged: no
+    second sort of every row (the range is a function of the first key)."""
+    return [*keys, key_ranges.KEY_RANGE] if key_ranges.KEY_RANGE in rows.columns else keys
 
 
 def drop_range(rows: DataFrame) -> DataFrame:
