@@ -16,6 +16,8 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from incremental_assets.engine.errors import SchemaMismatchError
+
 ROW_HASH = "_ia_row_hash"
 """Content hash of a row's source columns: detects unchanged rows and breaks watermark ties."""
 
@@ -56,14 +58,36 @@ def to_utc_instants(source_timezone: str):
     return transform
 
 
-def row_hash_version(fields: Iterable | None) -> int:
-    """The row hash of a table whose schema's fields are ``fields`` (Spark's or delta-rs's:
-    each has a name and metadata): the version its creating run recorded in the hash
-    column's metadata, 1 for a table created before it was recorded, the latest for a
-    table not created yet (``fields`` None) or one without hashes."""
+def row_hash_version(fields: Iterable | None, table: str = "") -> int:
+    """The row hash of a table (``table``) whose schema's fields are ``fields`` (Spark's
+    or delta-rs's: each has a name and metadata): the version its creating run recorded in
+    the hash column's metadata, 1 for a table created before it was recorded, the latest
+    for a table not created yet (``fields`` None) or one without hashes.
+
+    Raises:
+        SchemaMismatchError: a version this release does not know (a table created by a
+            later release): its rows would be compared with hashes computed another way.
+    """
     for field in fields or ():
-        if field.name == ROW_HASH:
-            return int((field.metadata or {}).get(ROW_HASH_VERSION, 1))
+        if field.name != ROW_HASH:
+            continue
+        recorded = (field.metadata or {}).get(ROW_HASH_VERSION, 1)
+        try:
+            version = int(recorded)
+        except (TypeError, ValueError):
+            version = 0
+        if not 1 <= version <= LATEST_ROW_HASH:
+            raise SchemaMismatchError(
+                table,
+                ROW_HASH,
+                f"its {ROW_HASH} column records row hash version {recorded!r} (in the "
+                f"column's metadata, {ROW_HASH_VERSION}); this release hashes rows by "
+                f"versions 1 to {LATEST_ROW_HASH} only, and its runs compare stored hashes "
+                "with their own.",
+                "load the table with the release that created it, or drop the table and "
+                "its side tables and load it again.",
+            )
+        return version
     return LATEST_ROW_HASH
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField
 
-from incremental_assets.engine import DeltaTarget, transforms
+from incremental_assets.engine import DeltaTarget, SchemaMismatchError, transforms
 from incremental_assets.engine.load import run as run_module
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.transforms import ROW_HASH, ROW_HASH_VERSION
@@ -172,3 +173,21 @@ def test_a_source_gaining_a_column_keeps_the_row_hash_and_its_unchanged_rows(
     assert _recorded(spark, target) == transforms.LATEST_ROW_HASH
     assert load(spark, spec, target, 3).changes == {"insert": 0, "change": 0, "vanish": 0}
     assert differences(spark, spec, target) == (0, 0)
+
+
+def test_a_version_this_release_does_not_know_fails_saying_what_to_do():
+    def fields(metadata: dict | None) -> list[StructField]:
+        hashed = StructField(ROW_HASH, LongType(), metadata=metadata)
+        return [StructField("id", LongType()), hashed]
+
+    assert transforms.row_hash_version(fields({})) == 1
+    assert transforms.row_hash_version(fields({ROW_HASH_VERSION: 2})) == 2
+    assert transforms.row_hash_version(fields({ROW_HASH_VERSION: "2"})) == 2
+    assert transforms.row_hash_version([StructField("id", LongType())]) == 2
+    assert transforms.row_hash_version(None) == 2
+    for recorded in (3, 0, "two"):
+        with pytest.raises(SchemaMismatchError) as raised:
+            transforms.row_hash_version(fields({ROW_HASH_VERSION: recorded}), "orders")
+        text = str(raised.value)
+        assert "table 'orders'" in text and repr(recorded) in text
+        assert "versions 1 to 2" in text and "release that created it" in text

@@ -224,7 +224,7 @@ class DeltaTarget:
             sequence=sequence,
             source_identity=source[0] if source else None,
             source_identity_version=source[1] if source else None,
-            row_hash=row_hash_version(table.schema().fields),
+            row_hash=row_hash_version(table.schema().fields, self.table_name),
         )
 
     def _cursor(
