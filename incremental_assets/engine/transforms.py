@@ -104,10 +104,10 @@ def with_row_hash(exclude: Sequence[str] = (), version: int = LATEST_ROW_HASH):
         if version == 1:
             payload = F.to_json(F.struct(*[F.col(_quote(c)) for c in columns]))
             return df.withColumn(ROW_HASH, F.xxhash64(payload))
-        parts: list[Column] = []
+        schema, parts = df.schema, []
         for name in columns:
             value = F.col(_quote(name))
-            if _nested(df.schema[name].dataType):
+            if _nested(schema[name].dataType):
                 value = F.to_json(value)
             # xxhash64 skips nulls: a null column adds neither its name nor its value.
             parts += [F.when(value.isNotNull(), F.lit(zlib.crc32(name.encode()))), value]
