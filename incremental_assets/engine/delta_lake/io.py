@@ -169,6 +169,13 @@ class KeyRange:
             return cls(column, None, None, 0)
         return cls(column, counted.get(_RANGE_LOW), counted.get(_RANGE_HIGH), values)
 
+    def spanned(self) -> KeySet:
+        """Every value from the lowest to the highest counted as touched (none when there
+        was none)."""
+        if self.low is None or self.high is None:
+            return KeySet(self.column, [])
+        return KeySet(self.column, [self.low, self.high], spans=True)
+
 
 _RANGE_COLUMN, _RANGE_LOW = "key_range:column", "key_range:low"
 _RANGE_HIGH, _RANGE_VALUES = "key_range:high", "key_range:values"

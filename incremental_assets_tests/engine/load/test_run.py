@@ -12,6 +12,8 @@ from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake import store
 from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
@@ -505,3 +507,37 @@ def test_a_repeated_small_run_reuses_the_classes_spark_generated_for_the_last_on
     # between runs (20 each here; 49 to 63 with Spark's default cache).
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"
     assert max(compiled[2:]) <= 30, compiled
+
+
+@pytest.mark.parametrize("spanned_below", [store.SPANNED_BELOW, 0])
+def test_a_small_table_merges_by_the_key_range_its_increment_counted(
+    spark, orders_source, tmp_path, monkeypatch, spanned_below
+):
+    # The files the increment's key range spans total a few kilobytes (at most
+    # store.SPANNED_BELOW): the merge reads them by that range, as the increment's write
+    # counted it, with no Spark job to list the keys first. Above it (the bound at 0 here)
+    # the keys are listed (delta_io.touched_keys) and only their files are read. The table
+    # and the counts are the same either way.
+    monkeypatch.setattr(store, "SPANNED_BELOW", spanned_below)
+    listed = []
+    touched_keys = delta_io.touched_keys
+
+    def listing(*args, **kwargs):
+        listed.append(list(args[1]))
+        return touched_keys(*args, **kwargs)
+
+    monkeypatch.setattr(delta_io, "touched_keys", listing)
+    spec = make_spec(orders_source.path)
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    orders_source.upsert([(n, "placed", 1.0, at(1, n)) for n in range(1, 9)])
+    load(spark, spec, target, 1)
+    orders_source.upsert([(2, "paid", 1.0, at(2, 1)), (5, "paid", 1.0, at(2, 2))])
+    orders_source.upsert([(9, "placed", 1.0, at(2, 3))])
+
+    result = load(spark, spec, target, 2)
+
+    assert listed == ([] if spanned_below else [["order_id"]])
+    assert (result.rows_inserted, result.rows_updated) == (1, 2)
+    expected = [(n, "paid" if n in (2, 5) else "placed") for n in range(1, 10)]
+    assert [r[:2] for r in target_rows(target)] == expected
+    assert differences(spark, spec, target) == (0, 0)
