@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
-from incremental_assets.engine.delta_lake import store
+from incremental_assets.engine.delta_lake import merge_plan, store
 from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
@@ -514,19 +514,24 @@ def test_a_small_table_merges_by_the_key_range_its_increment_counted(
     spark, orders_source, tmp_path, monkeypatch, spanned_below
 ):
     # The files the increment's key range spans total a few kilobytes (at most
-    # store.SPANNED_BELOW): the merge reads them by that range, as the increment's write
+    # store.SPANNED_BELOW): the merge prunes them by that range, as the increment's write
     # counted it, with no Spark job to list the keys first. Above it (the bound at 0 here)
-    # the keys are listed (delta_io.touched_keys) and only their files are read. The table
+    # the keys are listed (delta_io.touched_keys) and the merge prunes by them. The table
     # and the counts are the same either way.
     monkeypatch.setattr(store, "SPANNED_BELOW", spanned_below)
-    listed = []
-    touched_keys = delta_io.touched_keys
+    listed, pruned_by = [], []
+    touched_keys, may_hold_sql = delta_io.touched_keys, merge_plan.may_hold_sql
 
     def listing(*args, **kwargs):
         listed.append(list(args[1]))
         return touched_keys(*args, **kwargs)
 
+    def pruning(keys, *args, **kwargs):
+        pruned_by.append((list(keys.values), keys.spans))
+        return may_hold_sql(keys, *args, **kwargs)
+
     monkeypatch.setattr(delta_io, "touched_keys", listing)
+    monkeypatch.setattr(merge_plan, "may_hold_sql", pruning)
     spec = make_spec(orders_source.path)
     target = DeltaTarget("orders", str(tmp_path / "target"))
     orders_source.upsert([(n, "placed", 1.0, at(1, n)) for n in range(1, 9)])
@@ -536,7 +541,10 @@ def test_a_small_table_merges_by_the_key_range_its_increment_counted(
 
     result = load(spark, spec, target, 2)
 
-    assert listed == ([] if spanned_below else [["order_id"]])
+    if spanned_below:
+        assert (listed, pruned_by) == ([], [([2, 9], True)])
+    else:
+        assert (listed, pruned_by) == ([["order_id"]], [([2, 5, 9], False)])
     assert (result.rows_inserted, result.rows_updated) == (1, 2)
     expected = [(n, "paid" if n in (2, 5) else "placed") for n in range(1, 10)]
     assert [r[:2] for r in target_rows(target)] == expected
