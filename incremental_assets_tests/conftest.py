@@ -52,7 +52,19 @@ REMOTE_ENV = "INCREMENTAL_ASSETS_TEST_REMOTE"
 THROUGH_CONNECT = os.environ.get(REMOTE_ENV, "") not in ("", "0")
 
 
+# ./dev test runs the suite in two pytest-xdist workers (--dist loadgroup), each with its
+# own Spark session. A test module stays on one worker (its module fixtures are built
+# once); the tests that share a heavy server (the standalone cluster, the Connect server,
+# the demo run) all go to one worker, so each is started once.
+SHARED_SERVERS = {"spark_cluster", "connect_server", "finished_demo"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        shared = SHARED_SERVERS.intersection(item.fixturenames)
+        group = "shared-servers" if shared else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
     for item in items:
         if not THROUGH_CONNECT and item.get_closest_marker("connect_only") is not None:
             item.add_marker(
