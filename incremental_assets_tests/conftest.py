@@ -52,19 +52,61 @@ REMOTE_ENV = "INCREMENTAL_ASSETS_TEST_REMOTE"
 THROUGH_CONNECT = os.environ.get(REMOTE_ENV, "") not in ("", "0")
 
 
-# ./dev test runs the suite in two pytest-xdist workers (--dist loadgroup), each with its
-# own Spark session. A test module stays on one worker (its module fixtures are built
-# once); the tests that share a heavy server (the standalone cluster, the Connect server,
-# the demo run) all go to one worker, so each is started once.
+# ./dev test runs the suite in two pytest-xdist workers, each with its own Spark session
+# (--dist loadscope, with the scopes below). A test module stays on one worker, so its
+# module fixtures are built once. The modules whose tests share a heavy server (the
+# standalone cluster, the Connect server, the demo run) are one scope, so each server is
+# started once, and it is handed out first: it is the longest (15 minutes and more), and
+# handed out last it would run alone at the end. (xdist's own loadgroup marks do not take
+# with pytest 9, which no longer reads the node id xdist rewrites.)
 SHARED_SERVERS = {"spark_cluster", "connect_server", "finished_demo"}
+SHARED_MODULES = {
+    "incremental_assets_tests/cluster/test_cluster_demo.py",
+    "incremental_assets_tests/cluster/test_connect.py",
+    "incremental_assets_tests/cluster/test_standalone.py",
+    "incremental_assets_tests/demo/test_demo.py",
+    "incremental_assets_tests/ui/test_browser.py",
+}
+SHARED_SCOPE = "shared-servers"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def _scope(nodeid: str) -> str:
+    module = nodeid.split("::")[0]
+    return SHARED_SCOPE if module in SHARED_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedServersFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if SHARED_SCOPE in self.workqueue:
+                self.workqueue.move_to_end(SHARED_SCOPE, last=False)
+            super()._assign_work_unit(node)
+
+    return SharedServersFirst(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        shared = SHARED_SERVERS.intersection(item.fixturenames)
-        group = "shared-servers" if shared else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    unlisted = {
+        item.nodeid.split("::")[0]
+        for item in items
+        if SHARED_SERVERS.intersection(item.fixturenames)
+        and item.nodeid.split("::")[0] not in SHARED_MODULES
+    }
+    if unlisted:
+        servers = ", ".join(sorted(SHARED_SERVERS))
+        raise pytest.UsageError(
+            f"{', '.join(sorted(unlisted))} use a shared server ({servers}):"
+            " add them to SHARED_MODULES in incremental_assets_tests/conftest.py, so that"
+            " ./dev test's workers start each server once"
+        )
     for item in items:
         if not THROUGH_CONNECT and item.get_closest_marker("connect_only") is not None:
             item.add_marker(

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -233,11 +234,13 @@ def wait_for_running_job(
     api = f"http://127.0.0.1:{port}/api/v1/applications/{app}"
     deadline, seen = time.monotonic() + 600, None
     while time.monotonic() < deadline and driver.poll() is None:
-        jobs = [j.get("description") or "" for j in get_json(f"{api}/jobs?status=running")]
+        running = poll_json(f"{api}/jobs?status=running")
+        jobs = [j.get("description") or "" for j in running or []]
         merge = next((job for job in jobs if word in job), None)
         if merge:
             seen = seen or time.monotonic()
-            busy = [e["hostPort"] for e in get_json(f"{api}/executors") if e["activeTasks"]]
+            executors = poll_json(f"{api}/executors") or []
+            busy = [e["hostPort"] for e in executors if e["activeTasks"]]
             if any(b.startswith(f"{host}:") for b in busy):
                 return f"{merge} (a task on {host})"
             if time.monotonic() - seen > 0.5:
@@ -252,3 +255,16 @@ def wait_for_running_job(
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.load(response)
+
+
+def poll_json(url: str):
+    """``get_json``, or None when the driver's UI did not answer within its 5 s (a driver
+    busy on cores it shares with other test runs): the caller polls again."""
+    try:
+        return get_json(url)
+    except TimeoutError:
+        return None
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, TimeoutError):
+            return None
+        raise
