@@ -111,6 +111,12 @@ def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"), *counters)
     counted.write.mode("overwrite").parquet(path)
     written(rows, path)
+    return observed_counts(observation)
+
+
+def observed_counts(observation: Observation) -> dict:
+    """What a write counted (``observation``'s values): numbers as ints (0 for nothing
+    counted), texts and dates as they were counted."""
     found = dict(observation.get)
     return {
         k: v if isinstance(v, str) or type(v) is date else int(v or 0) for k, v in found.items()

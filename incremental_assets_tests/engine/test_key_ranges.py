@@ -118,7 +118,9 @@ def test_the_partition_count_is_adaptive_executions_initial_one_and_auto_is_decl
     initial = {"spark.sql.adaptive.coalescePartitions.initialPartitionNum": "12"}
     with session_settings(spark, initial):
         assert key_ranges.shuffle_partitions(spark) == 12
-        assert key_ranges.ranged(rows, "k") is not None
+        found, counted = key_ranges.ranged(rows, "k", F.max("k").alias("top"))
+        # The aggregates asked for are counted in the pass that finds the bounds.
+        assert found is not None and counted == {"top": 99}
     configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
     for off in ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled"):
         with session_settings(spark, {**initial, off: "false"}):
@@ -127,7 +129,8 @@ def test_the_partition_count_is_adaptive_executions_initial_one_and_auto_is_decl
 
 def test_no_rows_and_null_keys(spark):
     empty = spark.range(0, 10).withColumnRenamed("id", "k").filter("k < 0")
-    assert key_ranges.ranged(empty, "k") is None
+    assert key_ranges.ranged(empty, "k") == (None, {})
+    assert key_ranges.ranged(empty, "k", F.count(F.lit(1)).alias("rows")) == (None, {"rows": 0})
 
     rows = spark.createDataFrame([(None,), (1,), (2,), (None,)], "k long")
     with session_settings(spark, SPREAD):

@@ -128,6 +128,9 @@ class CommitResult:
     # acted (updated its row, or inserted one) unless it deletes. Set on a one-pass merge
     # that acted with only some staged rows.
     newer_acted: bool = False
+    # What the write of a created table's increment counted as it wrote it (``rows`` and
+    # the increment's counters), when it was written once, not staged first.
+    written: dict = field(default_factory=dict)
 
     @property
     def rows_acted(self) -> int:
@@ -414,6 +417,8 @@ class DeltaTarget:
         deletion_vectors: bool = False,
         above_cursor: bool = False,
         one_pass_below: int = 0,
+        increment: DataFrame | None = None,
+        increment_counters: Sequence[Column] = (),
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit; a table
         created by it takes deletion vectors when ``deletion_vectors``.
@@ -433,12 +438,16 @@ class DeltaTarget:
         counted it, so the files they may fall in are found with no Spark job for it
         (``delta_io.touched_keys``). Writes nothing when no row is staged and the cursor
         stays put.
+
+        ``increment``: a created table's increment, not staged, written once as the table
+        (``staged_rows`` then says whether it has rows: 0 when none were extracted),
+        counting ``increment_counters`` as it is written (``CommitResult.written``).
         """
         record = delta_commits.record(
             {**metadata, "table": self.table_name, "sequence": state.next_sequence}
         )
         transaction = {"app_id": app_id(self.table_name), "version": state.next_sequence}
-        staged = staging.read(spark, staged_path)
+        staged = staging.read(spark, staged_path) if increment is None else increment
         if staged_rows is None:
             staged_rows = staged.count()
         columns = [c for c in staged.columns if c not in plan.staged_only_columns]
@@ -447,6 +456,12 @@ class DeltaTarget:
                 return CommitResult(committed=False, version=None)
             self.check_unclaimed()
             rows = staged
+            observation = None
+            if increment is not None:
+                observation = Observation(f"written_{uuid.uuid4().hex}")
+                rows = rows.observe(
+                    observation, F.count(F.lit(1)).alias("rows"), *increment_counters
+                )
             if plan.writes_by_merge_only:
                 # A change set's first load: nothing to delete or supersede yet, so its
                 # rows are written as staged (in key order, which keeps each file's key
@@ -479,6 +494,7 @@ class DeltaTarget:
                 rows_inserted=int(metrics.get("num_output_rows", 0)),
                 files_added=int(metrics.get("num_files", 0)),
                 created_table=True,
+                written=staging.observed_counts(observation) if observation else {},
             )
         if staged_rows == 0:
             return self._cursor_only(spark, state, record, transaction, cursor_before, cursor_after)

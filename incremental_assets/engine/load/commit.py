@@ -62,7 +62,9 @@ def commit(
             "watermark_kind": spec.watermark.kind,
             **({SOURCE_IDENTITY: source_identity} if source_identity else {}),
             "rows_extracted": extracted.rows_extracted,
-            "rows_staged": extracted.rows_staged,
+            # Not known before the write of an increment written once, as the table it
+            # creates: then as many as it inserts (the commit's num_output_rows).
+            **({"rows_staged": extracted.rows_staged} if extracted.increment is None else {}),
             "partition_high_water": format_value(extracted.partition_high_water),
             **({"sequence_gaps": gaps.missing} if gaps else {}),
             **(guard.metadata() if guard else {}),
@@ -78,7 +80,10 @@ def commit(
         },
         partition_by=list(spec.target.partition_by),
         add_new_columns=spec.on_schema_change == "append_new_columns",
-        staged_rows=extracted.rows_staged,
+        # An increment written once has rows when its window had any.
+        staged_rows=extracted.rows_staged
+        if extracted.increment is None
+        else extracted.rows_extracted,
         staged_counts=extracted.partition_keys,
         staged_keys=extracted.key_range,
         acting_counters=partition_counters(extracted.partition_key),
@@ -86,6 +91,8 @@ def commit(
         above_cursor=_above_cursor(spec, window, extracted),
         # A small table's merge takes one pass when its rows by partition need no recount.
         one_pass_below=int(spec.target.one_pass_below) if counted_in_one_pass(extracted) else 0,
+        increment=extracted.increment,
+        increment_counters=extracted.counters,
     )
 
 

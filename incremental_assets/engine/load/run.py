@@ -126,6 +126,8 @@ def _run_load(
                 source.identity,
             )
         hook("committed")
+        if extracted.increment is not None:
+            extracted = extracted.written(strategy, committed.written)
         by_partition = {}
         if committed.committed:
             late_files.record_after_commit(spark, target, probed.ledger, committed.version)

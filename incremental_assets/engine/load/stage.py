@@ -3,7 +3,7 @@ the strategy to a staged increment, and what the run learns from it before commi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -80,6 +80,29 @@ class Extract:
     partition_keys: dict = field(default_factory=dict)
     # The range of the increment's first key, as its write counted it (None: not counted).
     key_range: delta_io.KeyRange | None = None
+    # A created table's increment, not staged (``Strategy.writes_once``): the commit
+    # writes it as the table, counting ``counters``; what it counted is then taken in
+    # (``written``). Until then the counts of the increment's write are empty (0).
+    increment: DataFrame | None = None
+    counters: tuple[Column, ...] = ()
+
+    def written(self, strategy: Strategy, counted: dict) -> Extract:
+        """This extract with what the write of its ``increment`` counted."""
+        return replace(self, **_written(strategy, counted))
+
+
+def _written(strategy: Strategy, written: dict) -> dict:
+    """What an increment's write counted (``rows``, see ``Staged.written``), as the
+    extract's fields."""
+    spec = strategy.spec
+    return {
+        "rows_staged": int(written.get("rows") or 0),
+        "changes": strategy.change_counts(written),
+        # Counted as the increment was written (an int), absent when it holds no change set.
+        "staged_deletes": written.get("deletes"),
+        "partition_keys": {k: v for k, v in written.items() if k.startswith("partition:")},
+        "key_range": delta_io.KeyRange.counted(spec.keys[0], written) if spec.keys else None,
+    }
 
 
 def extract(
@@ -113,13 +136,10 @@ def extract(
         else None,
     )
     # Counted as the increment was written (rows.write_counted), not read back.
-    rows_staged = int(staged.written["rows"])
-    change_counts = strategy.change_counts(staged.written)
-    unchanged = strategy.unchanged(rows_extracted, change_counts, staged.logged_rows)
+    written = _written(strategy, staged.written)
+    unchanged = strategy.unchanged(rows_extracted, written["changes"], staged.logged_rows)
     gaps = _gaps(spark, spec, window, staged_path)
-    # Counted as the increment was written (an int), absent when it holds no change set.
-    staged_deletes = staged.written.get("deletes")
-    deletes = staged_deletes or 0
+    deletes = written["staged_deletes"] or 0
     guard = strategy.delete_guard(spark, state, target, rows_extracted, staged_path, deletes)
     return Extract(
         staged_path=staged_path,
@@ -127,9 +147,7 @@ def extract(
         logged_path=staged.logged_path,
         new_columns=staged.new_columns,
         rows_extracted=rows_extracted,
-        rows_staged=rows_staged,
         partition_high_water=partition_high_water,
-        changes=change_counts,
         unchanged=unchanged,
         gaps=gaps,
         guard=guard,
@@ -137,10 +155,10 @@ def extract(
         rows_late=rows_late,
         files_late=files_late,
         rows_quarantined=staged.quarantined,
-        staged_deletes=staged_deletes,
         partition_key=staged.partition_key,
-        partition_keys={k: v for k, v in staged.written.items() if k.startswith("partition:")},
-        key_range=delta_io.KeyRange.counted(spec.keys[0], staged.written) if spec.keys else None,
+        increment=staged.increment,
+        counters=staged.counters,
+        **written,
     )
 
 
@@ -170,7 +188,13 @@ def rows_by_partition(
     spec = strategy.spec
     staged_path = extracted.staged_path
     if committed.created_table:
-        counted, path = {**extracted.partition_keys, "rows": extracted.rows_staged}, staged_path
+        counted = {**extracted.partition_keys, "rows": extracted.rows_staged}
+        if extracted.increment is not None:  # written once, as the table: nothing staged
+            key = _one_key(counted)
+            if key is not None:
+                return {key: int(counted["rows"])}
+            return _counted_by_key(spec, target.to_spark(spark, committed.version))
+        path = staged_path
     elif not committed.committed or committed.cursor_only:
         return {}
     elif committed.acting_staged:

@@ -30,30 +30,32 @@ _SEED = 42
 _MASK = 0xFFFFFFFF
 
 
-def ranged(rows: DataFrame, key: str) -> DataFrame | None:
+def ranged(rows: DataFrame, key: str, *also: Column) -> tuple[DataFrame | None, dict]:
     """``rows`` with a ``KEY_RANGE`` column, hash-shuffled on it so that partition ``i``
     holds the ``i``-th range of ``key``; None where this does not apply (the caller then
     range-partitions): a key that is not a number, date or timestamp, no rows, or a
-    shuffle partition count Spark decides itself."""
+    shuffle partition count Spark decides itself. Then the values of the aggregates
+    ``also`` (each named with ``alias``), counted in the pass that finds the ranges'
+    bounds: empty when no pass was made."""
     partitions = shuffle_partitions(rows.sparkSession)
     column = F.col(quote(key))
     position = _position(rows.schema[key].dataType, column)
     if partitions is None or position is None:
-        return None
+        return None, {}
     if partitions == 1:
-        return rows.withColumn(KEY_RANGE, F.lit(0)).repartition(1, F.col(KEY_RANGE))
+        return rows.withColumn(KEY_RANGE, F.lit(0)).repartition(1, F.col(KEY_RANGE)), {}
     fractions = [i / partitions for i in range(1, partitions)]
     # Two jobs (agg) rather than one observed write: a window read through deletion
     # vectors cannot be observed under a write command (aggregates.py).
     found = aggregated(
-        rows, F.percentile_approx(position, fractions).alias("bounds"), one_job=False
+        rows, F.percentile_approx(position, fractions).alias("bounds"), *also, one_job=False
     )
-    bounds = found["bounds"]
+    bounds = found.pop("bounds")
     if not bounds:
-        return None
+        return None, found
     values = bucket_values(partitions)
     bucket = _bucket(position, [float(b) for b in bounds], values, 0, len(bounds))
-    return rows.withColumn(KEY_RANGE, bucket).repartition(F.col(KEY_RANGE))
+    return rows.withColumn(KEY_RANGE, bucket).repartition(F.col(KEY_RANGE)), found
 
 
 def shuffle_partitions(spark: SparkSession) -> int | None:

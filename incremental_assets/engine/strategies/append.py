@@ -11,6 +11,7 @@ from incremental_assets.engine.strategies.base import Strategy
 
 class Append(Strategy):
     kind = "append"
+    creates_in_one_write = True
 
     def merge_plan(self) -> MergePlan:
         return append_plan(self.spec.keys, self.spec.watermark.column)

@@ -34,10 +34,12 @@ from incremental_assets.engine.guards import (
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.spark import key_ranges
+from incremental_assets.engine.spark.aggregates import aggregated
 from incremental_assets.engine.strategies.rows import (
     above_counters,
     checked_in_time,
     divert,
+    extract_counters,
     fail_on_bad_rows,
     increment_counters,
     observed,
@@ -71,6 +73,10 @@ class Staged:
     logged_rows: int = 0
     # Each row's partition key (rows.partition_key; None: the table has none to count).
     partition_key: Column | None = None
+    # A created table's increment, not staged: the commit writes it once, as the table,
+    # counting ``counters`` as it does (``written`` is empty until then). None: staged.
+    increment: DataFrame | None = None
+    counters: tuple[Column, ...] = ()
 
 
 class Strategy:
@@ -84,6 +90,9 @@ class Strategy:
     # The kinds of change the increment's rows carry (snapshot and history tables), counted
     # as it is written.
     change_kinds: ClassVar[tuple[str, ...]] = ()
+    # True when a run that creates the table may write its increment once, as the table
+    # (``writes_once``): the strategy records nothing beside the target from staged rows.
+    creates_in_one_write: ClassVar[bool] = False
 
     def __init__(self, spec: TableSpec, row_hash: int = transforms.LATEST_ROW_HASH) -> None:
         self.spec = spec
@@ -201,7 +210,8 @@ class Strategy:
         remote: bool,
     ) -> Staged:
         """Check, count and reduce the window's ``rows`` to the increment, staged at
-        ``<stage_root>/increment``; rows failing a quarantine rule are staged apart."""
+        ``<stage_root>/increment`` (or, when the run ``writes_once``, left for the commit
+        to write as the table); rows failing a quarantine rule are staged apart."""
         spec = self.spec
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
@@ -219,6 +229,12 @@ class Strategy:
             if remote and not self.reads_whole_source:
                 # A created table's key ranges take a pass of their own over the window.
                 rows = staged(rows, stage_root, "window")
+        elif self.writes_once(state):
+            # Counted before anything is written, in the pass that finds the key ranges:
+            # the commit writes the increment once, as the table.
+            rows, counted = created_by_key(rows, spec.keys, extract_counters(spec, rows.columns))
+            fail_on_bad_rows(spec, counted)
+            observation = None
         else:
             # Observed above the shuffle: the pass that finds a created table's key ranges
             # runs the plan below it once more, and an observation there would count every
@@ -239,11 +255,29 @@ class Strategy:
         counters += above_counters(self._above_cursor(window, increment.columns), key)
         if spec.keys:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
+        if observation is None:
+            return Staged(
+                counted, [], partition_key=key, increment=increment, counters=tuple(counters)
+            )
         written = write_counted(increment, f"{stage_root}/increment", *counters)
         counts = observation.get
         fail_on_bad_rows(spec, counts)
         return Staged(
             counts, new_columns, written=written, quarantined=quarantined, partition_key=key
+        )
+
+    def writes_once(self, state: TargetState) -> bool:
+        """Whether this run, which stages nothing first (no quality rule, a window of a
+        file or Delta source), writes its increment once, as the table it creates, rather
+        than staged and then rewritten by its commit (a large first load or reload saves
+        a write and a read of every row): when the strategy allows it, and no check of
+        the staged rows comes before the commit (a sequence watermark's gaps read the
+        staged ids)."""
+        return (
+            self.creates_in_one_write
+            and not state.exists
+            and bool(self.spec.keys)
+            and self.spec.watermark.kind != "sequence"
         )
 
     def _above_cursor(self, window: Window, columns: list[str]) -> Column | None:
@@ -341,10 +375,24 @@ def by_key(
     columns = [F.col(transforms.quote(k)) for k in keys]
     if not creates_table:
         return rows.repartition(*columns)
-    found = key_ranges.ranged(rows, keys[0])
+    found, _ = key_ranges.ranged(rows, keys[0])
     if found is None:
         return rows.repartitionByRange(*columns)
     return found if keep_range else found.drop(key_ranges.KEY_RANGE)
+
+
+def created_by_key(
+    rows: DataFrame, keys: list[str], counters: list[Column]
+) -> tuple[DataFrame, dict]:
+    """``by_key`` for a run that creates the table (the range column kept), with the
+    values of ``counters`` (aggregates, each named with ``alias``) counted in the pass
+    that finds the key ranges, or in one of their own where there is none."""
+    found, counted = key_ranges.ranged(rows, keys[0], *counters)
+    if not counted:
+        counted = aggregated(rows, *counters, one_job=False)
+    if found is None:
+        found = rows.repartitionByRange(*[F.col(transforms.quote(k)) for k in keys])
+    return found, counted
 
 
 def window_keys(rows: DataFrame, keys: list[str]) -> list[str]:

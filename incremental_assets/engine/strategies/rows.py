@@ -29,18 +29,24 @@ def observed(spec: TableSpec, rows: DataFrame) -> tuple[DataFrame, Observation]:
     over the source). The rules' results are dropped after counting; the names of the
     rules a row fails are kept for the quarantine."""
     observation = Observation(f"extract_{spec.name}")
-    rules = spec.quality.rules if quality.FAILED in rows.columns else []
-    nulls = quality.RESULTS in rows.columns
+    observed = rows.observe(observation, *extract_counters(spec, rows.columns))
+    return observed.drop(quality.RESULTS), observation
+
+
+def extract_counters(spec: TableSpec, columns: list[str]) -> list[Column]:
+    """What ``observed`` counts of rows with ``columns``: ``rows``, null keys
+    (``null:<key>``), the partition column's maximum (``pc_max``), unknown CDC operations
+    and quality-rule failures."""
+    rules = spec.quality.rules if quality.FAILED in columns else []
+    nulls = quality.RESULTS in columns
     checked = [*spec.keys, *([spec.effective_column] if spec.history else [])]
-    observed = rows.observe(
-        observation,
+    return [
         F.count(F.lit(1)).alias("rows"),
         *[transforms.null_count(k).alias(f"null:{k}") for k in dict.fromkeys(checked)],
         F.max(F.unix_micros(F.col(transforms.quote(spec.partition_column)))).alias("pc_max"),
         *([transforms.null_count(changes.OP).alias("unknown_ops")] if spec.feed else []),
         *(quality.counters(rules, nulls=nulls) if rules else []),
-    )
-    return observed.drop(quality.RESULTS), observation
+    ]
 
 
 def checked_in_time(

@@ -16,6 +16,7 @@ from incremental_assets.engine.strategies.base import Strategy
 
 class Upsert(Strategy):
     kind = "upsert"
+    creates_in_one_write = True
 
     def merge_plan(self) -> MergePlan:
         return merge_plan(

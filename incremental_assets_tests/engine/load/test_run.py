@@ -15,6 +15,7 @@ from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake import merge_plan, store
 from incremental_assets.engine.delta_lake.store import app_id
+from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
 from incremental_assets_tests.builders import (
@@ -549,3 +550,58 @@ def test_a_small_table_merges_by_the_key_range_its_increment_counted(
     expected = [(n, "paid" if n in (2, 5) else "placed") for n in range(1, 10)]
     assert [r[:2] for r in target_rows(target)] == expected
     assert differences(spark, spec, target) == (0, 0)
+
+
+@pytest.mark.parametrize("strategy", ["upsert", "append"])
+def test_a_run_that_creates_the_table_writes_its_rows_once_as_the_table(spark, tmp_path, strategy):
+    # A first load (or a reload of all history) of an upsert or append table is not
+    # staged then rewritten by the commit: its rows are counted and checked first, in the
+    # pass that finds the key ranges, then written once, as the table, with the cursor.
+    # Later runs stage their increment as before.
+    folder = ParquetFolder(tmp_path / "events")
+    spec = make_spec(str(folder.path), source={"format": "parquet"}, strategy=strategy)
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    staging_root = Path(target.path + "__staging")
+    staged: list[list[str]] = []
+
+    def look(phase: str) -> None:
+        if phase == "staged":
+            staged.append(sorted(p.name for p in staging_root.rglob("increment")))
+
+    # Two days of rows, with a null key among them: refused before anything is written.
+    folder.drop(order_rows([(1, "placed", 1.0, at(1, 1)), (None, "placed", 1.0, at(2, 2))]))
+    with pytest.raises(NullValuesError) as refused:
+        load(spark, spec, target, 1, 2, hook=look)
+    assert refused.value.counts == {"order_id": 1}
+    assert not DeltaTable.is_deltatable(target.path) and not Path(target.path).exists()
+
+    # The source is fixed: the rows are written once, as the table, in one commit.
+    for file in folder.path.glob("*.parquet"):
+        file.unlink()
+    rows = [
+        (1, "placed", 1.0, at(1, 1)),
+        (1, "paid", 1.0, at(1, 3)),
+        (2, "placed", 5.0, at(2, 2)),
+        (3, "placed", 2.0, at(2, 4)),
+    ]
+    folder.drop(order_rows(rows))
+    first = load(spark, spec, target, 1, 2, hook=look)
+
+    assert staged == [[]]  # nothing staged
+    assert (first.rows_extracted, first.rows_staged, first.rows_inserted) == (4, 3, 3)
+    assert first.duplicates_in_batch == 1
+    assert first.rows_by_partition == {"2026-01-01": 1, "2026-01-02": 2}
+    # Within one batch both keep the newest row of a key.
+    assert [r[:2] for r in target_rows(target)] == [(1, "paid"), (2, "placed"), (3, "placed")]
+    table = DeltaTable(target.path)
+    assert table.version() == 0 == first.delta_version
+    record = delta_commits.parse(table.history(1)[0])
+    assert record["cursor_after"] == "2026-01-02T04:00:00Z" and record["rows_extracted"] == 4
+    assert target.state("timestamp").cursor == at(2, 4)
+    assert differences(spark, spec, target) == (0, 0)
+
+    # The next run stages its increment, and counts one day from its write.
+    folder.drop(order_rows([(4, "placed", 1.0, at(3, 1))]))
+    second = load(spark, spec, target, 3, hook=look)
+    assert len(staged[-1]) == 1
+    assert second.rows_inserted == 1 and second.rows_by_partition == {"2026-01-03": 1}
