@@ -231,8 +231,10 @@ class Strategy:
                 rows = staged(rows, stage_root, "window")
         elif self.writes_once(state):
             # Counted before anything is written, in the pass that finds the key ranges:
-            # the commit writes the increment once, as the table.
-            rows, counted = created_by_key(rows, spec.keys, extract_counters(spec, rows.columns))
+            # the commit writes the increment once, as the table, unless what was counted
+            # needs it staged (``once_given``).
+            counters = extract_counters(spec, rows.columns) + self.once_counters()
+            rows, counted = created_by_key(rows, spec.keys, counters)
             fail_on_bad_rows(spec, counted)
             observation = None
         else:
@@ -255,13 +257,16 @@ class Strategy:
         counters += above_counters(self._above_cursor(window, increment.columns), key)
         if spec.keys:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
-        if observation is None:
+        if observation is None and self.once_given(counted):
             return Staged(
                 counted, [], partition_key=key, increment=increment, counters=tuple(counters)
             )
         written = write_counted(increment, f"{stage_root}/increment", *counters)
-        counts = observation.get
-        fail_on_bad_rows(spec, counts)
+        if observation is None:
+            counts = counted
+        else:
+            counts = observation.get
+            fail_on_bad_rows(spec, counts)
         return Staged(
             counts, new_columns, written=written, quarantined=quarantined, partition_key=key
         )
@@ -279,6 +284,17 @@ class Strategy:
             and bool(self.spec.keys)
             and self.spec.watermark.kind != "sequence"
         )
+
+    def once_counters(self) -> list[Column]:
+        """What else a run that may write once counts of the window's rows before it
+        writes (``once_given`` reads it)."""
+        return []
+
+    def once_given(self, counted: dict) -> bool:
+        """Whether, given what was counted of the window's rows (``once_counters``), the
+        increment is written once, as the table (else it is staged first, as a later
+        run's is)."""
+        return True
 
     def _above_cursor(self, window: Window, columns: list[str]) -> Column | None:
         """The condition of a staged row above the run's cursor, as far as a table's

@@ -5,7 +5,8 @@ tombstone kept beside the table stops older changes from bringing it back) or so
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, staging
 from incremental_assets.engine.delta_lake.merge_plan import (
@@ -24,10 +25,14 @@ from incremental_assets.engine.transforms import LATEST_ROW_HASH
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.strategies import CdcStrategy
 
+# The window's delete changes, counted before a first load writes (hard deletes).
+_WINDOW_DELETES = "window_deletes"
+
 
 class Cdc(Strategy):
     kind = "cdc"
     guards_deletes = True
+    creates_in_one_write = True
 
     def __init__(self, spec: TableSpec, row_hash: int = LATEST_ROW_HASH) -> None:
         super().__init__(spec, row_hash)
@@ -52,6 +57,16 @@ class Cdc(Strategy):
         if self.options.deletes == "hard":
             return Tombstones(target).to_spark(spark)
         return None
+
+    def once_counters(self) -> list[Column]:
+        """Hard deletes: the window's deletes. Their tombstones are recorded from the
+        staged rows before the commit, so a first load with any is staged first."""
+        if self.options.deletes != "hard":
+            return []
+        return [F.count(F.when(F.col(changes.OP) == "D", 1)).alias(_WINDOW_DELETES)]
+
+    def once_given(self, counted: dict) -> bool:
+        return not counted.get(_WINDOW_DELETES)
 
     def merge_plan(self) -> MergePlan:
         spec = self.spec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -82,6 +83,58 @@ def test_soft_delete_keeps_the_row_flagged_with_the_delete_time(spark, folder, t
 
     assert rows(target, "id", "name", "is_deleted", "deleted_at") == [(1, "a", True, at(1, 5))]
     assert not again.committed
+
+
+@pytest.mark.parametrize("deletes", ["hard", "soft"])
+def test_a_first_load_is_written_once_unless_its_hard_deletes_need_tombstones(
+    spark, folder, tmp_path, deletes
+):
+    # A first load is written once, as the table (nothing staged), except with hard
+    # deletes in its window: their tombstones are recorded from the staged rows before
+    # the commit. Either way the table and its counts are the same.
+    folder.drop(
+        feed(
+            (1, "a", "I", 1, at(1, 1)),
+            (2, "b", "I", 2, at(1, 1)),
+            (2, None, "D", 3, at(1, 2)),
+            (3, "c", "I", 4, at(1, 3)),
+        )
+    )
+    spec = cdc_spec(folder.path, deletes=deletes)
+    staging_root = Path(f"{tmp_path}/target__staging")
+    staged: list[list[str]] = []
+
+    def look(phase: str) -> None:
+        if phase == "staged":
+            staged.append([p.name for p in staging_root.rglob("increment")])
+
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    result = load(spark, spec, target, 1, hook=look)
+
+    assert staged == ([["increment"]] if deletes == "hard" else [[]])
+    assert (result.rows_extracted, result.rows_staged) == (4, 3)
+    # Counted from the rows it wrote, a first load's delete with them (as staged).
+    assert result.rows_by_partition == {"2026-01-01": 3}
+    if deletes == "hard":
+        assert rows(target, "id", "name") == [(1, "a"), (3, "c")]
+        tombstones = DeltaTable(str(tmp_path / "target__tombstones")).to_pyarrow_table()
+        assert tombstones.num_rows == 1
+    else:
+        flagged = [(1, "a", False), (2, None, True), (3, "c", False)]
+        assert rows(target, "id", "name", "is_deleted") == flagged
+    assert result.rows_inserted == (2 if deletes == "hard" else 3)
+
+    # A hard-delete feed whose first window holds no delete is written once.
+    other = ParquetFolder(tmp_path / "other")
+    other.drop(feed((1, "a", "I", 1, at(1, 1)), (1, "a2", "U", 2, at(1, 2))))
+    staged.clear()
+    second = DeltaTarget("u", str(tmp_path / "second"))
+    staging_root = Path(f"{second.path}__staging")
+    once = load(spark, cdc_spec(other.path, deletes="hard"), second, 1, hook=look)
+    assert staged == [[]]
+    assert (once.rows_extracted, once.rows_staged, once.rows_inserted) == (2, 1, 1)
+    assert rows(second, "id", "name") == [(1, "a2")]
+    assert not Path(f"{second.path}__tombstones").exists()
 
 
 def test_sqlserver_operation_codes_ignore_update_before_images(spark, tmp_path):
