@@ -28,6 +28,7 @@ from incremental_assets.engine.strategies.rows import (
     FIRST_PARTITION,
     LAST_PARTITION,
     NO_PARTITION,
+    PartitionKey,
     partition_key,
 )
 from incremental_assets.engine.transforms import LATEST_ROW_HASH
@@ -76,7 +77,7 @@ class Extract:
     staged_deletes: int | None = None
     # Each row's partition key (rows.partition_key), and what the increment's write
     # counted of them (rows.partition_counters).
-    partition_key: Column | None = None
+    partition_key: PartitionKey | None = None
     partition_keys: dict = field(default_factory=dict)
     # The range of the increment's first key, as its write counted it (None: not counted).
     key_range: delta_io.KeyRange | None = None
@@ -259,8 +260,10 @@ def _counted_by_key(spec: TableSpec, rows: DataFrame) -> dict[str, int]:
     key = partition_key(spec, rows.schema)
     if key is None:
         return {}
-    counts = rows.groupBy(key.alias("key")).count().collect()
-    return {r["key"]: int(r["count"]) for r in counts if r["key"] is not None}
+    # Grouped by the partition's start, and only the groups' starts written as text.
+    counts = rows.groupBy(key.start.alias("start")).count()
+    found = counts.select(key.text(F.col("start")).alias("key"), "count").collect()
+    return {r["key"]: int(r["count"]) for r in found if r["key"] is not None}
 
 
 def _quality_report(spec: TableSpec, observed: dict, diverted: int) -> quality.QualityReport | None:

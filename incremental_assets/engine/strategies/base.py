@@ -36,6 +36,7 @@ from incremental_assets.engine.sources import Source
 from incremental_assets.engine.spark import key_ranges
 from incremental_assets.engine.spark.aggregates import aggregated
 from incremental_assets.engine.strategies.rows import (
+    PartitionKey,
     above_counters,
     checked_in_time,
     divert,
@@ -72,7 +73,7 @@ class Staged:
     quarantined: int | None = None
     logged_rows: int = 0
     # Each row's partition key (rows.partition_key; None: the table has none to count).
-    partition_key: Column | None = None
+    partition_key: PartitionKey | None = None
     # A created table's increment, not staged: the commit writes it once, as the table,
     # counting ``counters`` as it does (``written`` is empty until then). None: staged.
     increment: DataFrame | None = None

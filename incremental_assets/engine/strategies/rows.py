@@ -3,6 +3,8 @@ counts observed as the rows are written, quarantine diversion, staged copies."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
@@ -113,21 +115,40 @@ ABOVE = {
 ABOVE_ROWS = "partition:above_rows"
 
 
-def partition_key(spec: TableSpec, schema: StructType) -> Column | None:
-    """Each row's partition key (``2026-01-02``, or ``2026-01-02-13:00`` for hourly tables)
-    from the partition column, which holds UTC instants (the session's zone is UTC); None
-    when that column is absent or not a date or time."""
+@dataclass(frozen=True)
+class PartitionKey:
+    """Each row's partition key (``2026-01-02``, or ``2026-01-02-13:00`` for hourly
+    tables): ``start``, the partition's first instant (the partition column cut to the
+    day or hour), written as text by ``text``. Counted by its start and written after
+    counting: formatting every row's key as text costs about three times as much as the
+    rest of the counting (20M rows: 4.0 s against 1.9 s in one write here)."""
+
+    start: Column
+    pattern: str
+
+    def text(self, start: Column) -> Column:
+        """``start`` (a partition's first instant, e.g. an aggregate of ``self.start``)
+        as its key."""
+        return F.date_format(start, self.pattern)
+
+
+def partition_key(spec: TableSpec, schema: StructType) -> PartitionKey | None:
+    """Each row's partition key, from the partition column, which holds UTC instants (the
+    session's zone is UTC); None when that column is absent or not a date or time."""
     column = spec.partition_column
     if column not in schema.names:
         return None
     if not isinstance(schema[column].dataType, (DateType, TimestampType, TimestampNTZType)):
         return None
-    pattern = "yyyy-MM-dd" if spec.partitioning.granularity == "daily" else "yyyy-MM-dd-HH:00"
-    return F.date_format(F.col(transforms.quote(column)).cast("timestamp"), pattern)
+    daily = spec.partitioning.granularity == "daily"
+    start = F.date_trunc(
+        "day" if daily else "hour", F.col(transforms.quote(column)).cast("timestamp")
+    )
+    return PartitionKey(start, "yyyy-MM-dd" if daily else "yyyy-MM-dd-HH:00")
 
 
 def increment_counters(
-    columns: list[str], kinds: tuple[str, ...], key: Column | None = None
+    columns: list[str], kinds: tuple[str, ...], key: PartitionKey | None = None
 ) -> list[Column]:
     """What an increment's write counts besides its rows: each kind of change in ``kinds``
     (``change:<kind>``, snapshot and history tables), the staged deletes (``deletes``,
@@ -142,20 +163,20 @@ def increment_counters(
     return counters + partition_counters(key)
 
 
-def partition_counters(key: Column | None) -> list[Column]:
+def partition_counters(key: PartitionKey | None) -> list[Column]:
     """The first and last partition key (``partition_key``) among rows as they are written,
     and the rows without one: when all rows share one key, a run's rows by partition need
     no job of their own (engine/load/stage.py rows_by_partition)."""
     if key is None:
         return []
     return [
-        F.min(key).alias(FIRST_PARTITION),
-        F.max(key).alias(LAST_PARTITION),
-        F.count(F.when(key.isNull(), 1)).alias(NO_PARTITION),
+        key.text(F.min(key.start)).alias(FIRST_PARTITION),
+        key.text(F.max(key.start)).alias(LAST_PARTITION),
+        F.count(F.when(key.start.isNull(), 1)).alias(NO_PARTITION),
     ]
 
 
-def above_counters(above: Column | None, key: Column | None) -> list[Column]:
+def above_counters(above: Column | None, key: PartitionKey | None) -> list[Column]:
     """``partition_counters`` of the rows above the run's cursor (``above``: their
     condition), and their count: when a merge acted on those rows alone (the rows a
     lookback re-read changed nothing), its rows by partition need no job of their own."""
@@ -163,9 +184,9 @@ def above_counters(above: Column | None, key: Column | None) -> list[Column]:
         return []
     return [
         F.count(F.when(above, 1)).alias(ABOVE_ROWS),
-        F.min(F.when(above, key)).alias(ABOVE[FIRST_PARTITION]),
-        F.max(F.when(above, key)).alias(ABOVE[LAST_PARTITION]),
-        F.count(F.when(above & key.isNull(), 1)).alias(ABOVE[NO_PARTITION]),
+        key.text(F.min(F.when(above, key.start))).alias(ABOVE[FIRST_PARTITION]),
+        key.text(F.max(F.when(above, key.start))).alias(ABOVE[LAST_PARTITION]),
+        F.count(F.when(above & key.start.isNull(), 1)).alias(ABOVE[NO_PARTITION]),
     ]
 
 
