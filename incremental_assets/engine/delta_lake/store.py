@@ -458,6 +458,8 @@ class DeltaTarget:
             rows = staged
             observation = None
             if increment is not None:
+                # Counted before the change set's filter below: an increment written once
+                # holds no delete (Strategy.once_given), so every row it counts is written.
                 observation = Observation(f"written_{uuid.uuid4().hex}")
                 rows = rows.observe(
                     observation, F.count(F.lit(1)).alias("rows"), *increment_counters

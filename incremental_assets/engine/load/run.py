@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 
 from pyspark.sql import SparkSession
 
@@ -112,7 +113,12 @@ def _run_load(
         hook("staged")
         crash_point("after_extract")
 
-        with phase("commit"):
+        # An increment written once reads the source as the commit writes it.
+        reading = extracted.increment is not None
+        with (
+            phase("commit"),
+            naming_source_files(spec.name, source_path) if reading else nullcontext(),
+        ):
             committed = commit(
                 spark,
                 strategy,
@@ -127,7 +133,11 @@ def _run_load(
             )
         hook("committed")
         if extracted.increment is not None:
-            extracted = extracted.written(strategy, committed.written)
+            # Written once: what its write counted. Its rows, if the count did not come
+            # back, are the rows the commit wrote (nothing of such an increment is
+            # filtered out on its way: Strategy.once_given).
+            counted = {"rows": committed.rows_inserted, **committed.written}
+            extracted = extracted.written(strategy, counted)
         by_partition = {}
         if committed.committed:
             late_files.record_after_commit(spark, target, probed.ledger, committed.version)

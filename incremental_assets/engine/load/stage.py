@@ -97,7 +97,8 @@ def _written(strategy: Strategy, written: dict) -> dict:
     extract's fields."""
     spec = strategy.spec
     return {
-        "rows_staged": int(written.get("rows") or 0),
+        # Always counted (a write whose count came back missing fails here, never as 0).
+        "rows_staged": int(written["rows"]),
         "changes": strategy.change_counts(written),
         # Counted as the increment was written (an int), absent when it holds no change set.
         "staged_deletes": written.get("deletes"),
@@ -137,7 +138,8 @@ def extract(
         else None,
     )
     # Counted as the increment was written (rows.write_counted), not read back.
-    written = _written(strategy, staged.written)
+    # (An increment written once is counted by the commit's write: nothing yet.)
+    written = _written(strategy, staged.written if staged.increment is None else {"rows": 0})
     unchanged = strategy.unchanged(rows_extracted, written["changes"], staged.logged_rows)
     gaps = _gaps(spark, spec, window, staged_path)
     deletes = written["staged_deletes"] or 0
