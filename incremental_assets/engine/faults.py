@@ -1,9 +1,11 @@
 """Crash points for exactly-once tests: a real process kill at a named step of a load.
 
 Set ``INCREMENTAL_ASSETS_CRASH_AT`` to a point name (``after_extract``; ``before_commit``,
-after the side tables (tombstones, change log) are written; ``after_commit``)
-and the process kills itself with SIGKILL there: no ``finally`` block, no clean-up, as
-with an out-of-memory kill or a lost machine. Unset (always, outside tests), this is a
+after the side tables (tombstones, change log) are written; ``after_commit``;
+``creating_write_failed``, after a write creating the table failed and before the run
+removes the files it wrote: what a kill during that write leaves) and the process kills
+itself with SIGKILL there: no ``finally`` block, no clean-up, as with an out-of-memory kill
+or a lost machine. Unset (always, outside tests), this is a
 dictionary look-up.
 """
 
@@ -13,7 +15,7 @@ import os
 import signal
 
 CRASH_ENV = "INCREMENTAL_ASSETS_CRASH_AT"
-POINTS = ("after_extract", "before_commit", "after_commit")
+POINTS = ("after_extract", "before_commit", "after_commit", "creating_write_failed")
 
 
 def crash_point(name: str) -> None:

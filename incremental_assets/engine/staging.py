@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import date
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -59,6 +60,52 @@ def clear(spark: SparkSession, root: str) -> None:
         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .text(root)
     )
+
+
+def empty(spark: SparkSession, path: str) -> None:
+    """Empty the folder at ``path`` through Spark, leaving nothing in it: an overwrite
+    with no rows, partitioned by a column, so that Spark writes no file at all (``clear``
+    leaves one empty file)."""
+    (
+        spark.range(0)
+        .select(F.lit("").alias("value"), F.lit(0).alias("empty"))
+        .write.mode("overwrite")
+        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        .partitionBy("empty")
+        .text(path)
+    )
+
+
+# A run about to create its table records the table's location in its run folder: if the
+# run is killed during that write, the next run knows whose the files left there are.
+_CLAIM = "creates"
+
+
+def claim(spark: SparkSession, staged_path: str, location: str) -> None:
+    """Record, in the run folder holding ``staged_path``, that this run is about to create
+    the table at ``location`` (one row of text, made in the JVM)."""
+    folder = staged_path.rstrip("/").rsplit("/", 1)[0]
+    (
+        spark.range(1)
+        .select(F.lit(location).alias("value"))
+        .write.mode("overwrite")
+        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        .text(f"{folder}/{_CLAIM}")
+    )
+
+
+def claimed(spark: SparkSession, staged_path: str, location: str) -> bool:
+    """Whether an earlier run of the table, whose folder is still in the staging root of
+    ``staged_path`` (a run that ends empties the root: that run was killed), had claimed
+    ``location`` to create the table there (``claim``)."""
+    root = staged_path.rstrip("/").rsplit("/", 2)[0]
+    try:
+        found = spark.read.text(f"{root}/*/{_CLAIM}").filter(F.col("value") == location)
+        return not found.isEmpty()
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+            return False
+        raise
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -43,6 +44,7 @@ from incremental_assets.engine.errors import (
     CursorLostError,
     TargetOwnedError,
 )
+from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.transforms import LATEST_ROW_HASH, quote, row_hash_version
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (
@@ -68,6 +70,13 @@ ROWS_PER_FILE = 1_000_000
 # reads them all rather than list the increment's keys first (one or two Spark jobs, 0.1-0.2
 # s on a small run here, to skip a few kilobytes of files): ``_touched``.
 SPANNED_BELOW = 4 * 1024 * 1024
+# The key, in the record of a commit creating the table, naming what a killed run's write
+# had left in the folder and this run removed first (``DeltaTarget._claim_folder``).
+LEFTOVERS_REMOVED = "leftovers_removed"
+# What a Delta write leaves in a new table's folder before it commits: data files (and the
+# checksums Hadoop's local file system writes beside them), partition folders, a log
+# folder.
+_WRITTEN_BY_DELTA = re.compile(r"\.?part-\d{5}-.+|[^=]+=.*|_delta_log")
 # The columns Delta refuses in a table without column mapping.
 _NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
@@ -315,6 +324,41 @@ class DeltaTarget:
         """
         unclaimed(self.table_name, self.path, self.storage_options, "target.path")
 
+    def _claim_folder(self, spark: SparkSession, staged_path: str) -> str:
+        """Before this run creates the table: its folder must not exist or be empty, or
+        hold only what a run of this table that was killed as it created the table left
+        there (Delta's files of a write that never committed), which is removed. Then the
+        run claims the folder (``staging.claim``) in case it is killed in turn. Returns
+        what was removed, for the commit's record ('' for nothing).
+
+        A table's runs never overlap (its pool): a run's folder left in the staging root is
+        a dead run's, and its files here are not another run's write in progress.
+
+        Raises:
+            TargetOwnedError: the folder holds anything else.
+        """
+        names = held(self.path, self.storage_options)
+        removed = ""
+        if names:
+            leftovers = all(_WRITTEN_BY_DELTA.fullmatch(name) for name in names)
+            killed = leftovers and staging.claimed(spark, staged_path, self.spark_path)
+            if not killed or self.exists():
+                unclaimed(self.table_name, self.path, self.storage_options, "target.path", names)
+            staging.empty(spark, self.spark_path)
+            removed = describe(names)
+        staging.claim(spark, staged_path, self.spark_path)
+        return removed
+
+    def _remove_uncommitted(self, spark: SparkSession) -> None:
+        """After this run's write creating the table failed: remove the files it wrote
+        (Delta leaves a failed write's files where they were written) unless a table was
+        committed there after all, so that the folder is empty again for the next run.
+        Best effort: the run's own error is the one to report, and a run killed first
+        leaves its claim for the next run (``_claim_folder``)."""
+        with suppress(Exception):
+            if not self.exists():
+                staging.empty(spark, self.spark_path)
+
     def loads(self, table: DeltaTable | None = None, limit: int | None = None) -> list[dict]:
         """This loader's commits, newest first, with their metadata and Delta metrics."""
         return [c for c in self._commits(table, limit) if "table" in c]
@@ -454,7 +498,9 @@ class DeltaTarget:
         if not state.exists:
             if staged_rows == 0 and cursor_after is None:
                 return CommitResult(committed=False, version=None)
-            self.check_unclaimed()
+            removed = self._claim_folder(spark, staged_path)
+            if removed:  # said in the commit's record (DESCRIBE HISTORY shows it)
+                record = delta_commits.record({**record, LEFTOVERS_REMOVED: removed})
             rows = staged
             observation = None
             if increment is not None:
@@ -472,22 +518,27 @@ class DeltaTarget:
                 if plan.deletes != "soft":
                     rows = rows.filter(F.col(OP) == "U")
                 rows = rows.select(*[F.col(quote(c)) for c in columns])
-            self._write(
-                lambda: delta_commits.append(
-                    rows,
-                    self.spark_path,
-                    record,
-                    mode="error",
-                    partition_by=partition_by,
-                    options={
-                        **table_options(columns, deletion_vectors),
-                        "maxRecordsPerFile": str(ROWS_PER_FILE),
-                    },
-                    table=self.catalog_table,
-                    **transaction,
-                ),
-                creating=True,
-            )
+            try:
+                self._write(
+                    lambda: delta_commits.append(
+                        rows,
+                        self.spark_path,
+                        record,
+                        mode="error",
+                        partition_by=partition_by,
+                        options={
+                            **table_options(columns, deletion_vectors),
+                            "maxRecordsPerFile": str(ROWS_PER_FILE),
+                        },
+                        table=self.catalog_table,
+                        **transaction,
+                    ),
+                    creating=True,
+                )
+            except Exception:
+                crash_point("creating_write_failed")
+                self._remove_uncommitted(spark)
+                raise
             found = self._committed(record)
             metrics = found["operation_metrics"]
             return CommitResult(
@@ -861,14 +912,21 @@ def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:
     return None
 
 
-def unclaimed(table: str, path: str, storage_options: Mapping[str, str] | None, field: str) -> None:
+def unclaimed(
+    table: str,
+    path: str,
+    storage_options: Mapping[str, str] | None,
+    field: str,
+    names: list[str] | None = None,
+) -> None:
     """Refuse to create a Delta table of ``table`` at ``path`` unless the folder does not
-    exist or is empty (``field``: the spec setting that put it there).
+    exist or is empty (``field``: the spec setting that put it there; ``names``: what it
+    holds, when already listed).
 
     Raises:
         TargetOwnedError: naming what the folder holds and the fix.
     """
-    names = held(path, storage_options)
+    names = held(path, storage_options) if names is None else names
     if not names:
         return
     raise TargetOwnedError(

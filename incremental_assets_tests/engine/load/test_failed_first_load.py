@@ -1,0 +1,141 @@
+"""A first load whose write fails, or is killed, part way: Delta leaves the files that write
+had written in the new table's folder, with no log. The run that failed removes them; a run
+killed first leaves its claim in the staging root, and the next run removes them. Either
+way the next run creates the table, exactly, rather than refusing a folder that is not
+empty.
+
+The write is made to fail by a row whose partition value is longer than a file name may
+be: the writer of each task writes the other values' files first (its rows are sorted by
+partition value), then fails on that one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.engine import DeltaTarget, staging
+from incremental_assets.engine.delta_lake.folders import held
+from incremental_assets.engine.delta_lake.store import LEFTOVERS_REMOVED
+from incremental_assets.engine.errors import TargetOwnedError
+from incremental_assets.engine.faults import CRASH_ENV
+from incremental_assets_tests.builders import (
+    CHILD_SPARK_CONF,
+    PROJECT_ROOT,
+    DeltaSourceTable,
+    at,
+    load,
+    make_spec,
+    staging_left,
+    target_rows,
+)
+
+TOO_LONG = "z" * 300  # a partition folder's name longer than the file system allows
+
+
+def orders(n: int = 60) -> list[tuple]:
+    return [(i, "placed" if i % 2 else "paid", float(i), at(1, 1, i % 60)) for i in range(1, n)]
+
+
+def spec_of(source: DeltaSourceTable):
+    return make_spec(source.path, target={"partition_by": ["status"]})
+
+
+def commit_records(path: str) -> list[dict]:
+    return [
+        json.loads(c["userMetadata"])["incremental_assets"]
+        for c in DeltaTable(path).history()
+        if c.get("userMetadata")
+    ]
+
+
+def test_a_failed_first_write_leaves_an_empty_folder_and_the_next_run_creates_the_table(
+    spark, tmp_path
+):
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    source.upsert([*orders(), (100, TOO_LONG, 1.0, at(1, 2))])
+    target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
+
+    with pytest.raises(Exception, match=r"(?i)name too long|FAILED_WRITE|Task failed"):
+        load(spark, spec_of(source), target, 1)
+
+    assert not target.exists()
+    assert held(target.path) == []
+    assert staging_left(tmp_path / "warehouse" / "orders__staging") == []
+
+    source.upsert([(100, "paid", 1.0, at(1, 2))])
+    result = load(spark, spec_of(source), target, 1)
+
+    expected = sorted([*orders(), (100, "paid", 1.0, at(1, 2))])
+    assert result.rows_inserted == len(expected)
+    assert target_rows(target) == expected
+    assert LEFTOVERS_REMOVED not in commit_records(target.path)[0]
+
+
+_CHILD = """
+import sys
+from incremental_assets.engine import DeltaTarget, run_load
+from incremental_assets.engine.spark_session import local_session
+from incremental_assets.engine.windows import LoadRequest
+from incremental_assets.specs import TableSpec
+from incremental_assets_tests.builders import at
+spec = TableSpec.model_validate_json(sys.argv[1])
+spark = local_session(**dict(arg.split("=", 1) for arg in sys.argv[3:]))
+run_load(spark, spec, DeltaTarget("orders", sys.argv[2]), LoadRequest(at(1), at(2)))
+"""
+
+
+@pytest.mark.slow
+def test_a_first_load_killed_in_its_write_is_cleared_and_created_by_the_next_run(spark, tmp_path):
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    source.upsert([*orders(), (100, TOO_LONG, 1.0, at(1, 2))])
+    target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
+    conf = [f"{k}={v}" for k, v in CHILD_SPARK_CONF.items()]
+    env = {**os.environ, CRASH_ENV: "creating_write_failed"}
+    env["INCREMENTAL_ASSETS_DRIVER_MEMORY"] = "1g"
+    command = [sys.executable, "-c", _CHILD, spec_of(source).model_dump_json(), target.path]
+    killed = subprocess.run(
+        [*command, *conf], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300
+    )
+
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # What a kill during the write leaves: its files, no log, and the run's claim.
+    left = held(target.path)
+    assert left and not target.exists()
+    assert any(name.startswith("status=") for name in left)
+    assert staging_left(tmp_path / "warehouse" / "orders__staging")
+
+    source.upsert([(100, "paid", 1.0, at(1, 2))])
+    result = load(spark, spec_of(source), target, 1)
+
+    expected = sorted([*orders(), (100, "paid", 1.0, at(1, 2))])
+    assert result.rows_inserted == len(expected)
+    assert target_rows(target) == expected
+    (created,) = commit_records(target.path)
+    assert "status=" in created[LEFTOVERS_REMOVED]
+    assert staging_left(tmp_path / "warehouse" / "orders__staging") == []
+
+
+def test_a_claimed_folder_holding_another_file_too_is_refused_and_nothing_removed(spark, tmp_path):
+    """The claim of a killed run vouches for Delta's files only: a folder that also holds
+    a file no Delta write makes is refused as before, everything in it kept."""
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    source.upsert(orders())
+    target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
+    folder = tmp_path / "warehouse" / "orders"
+    (folder / "status=paid").mkdir(parents=True)
+    (folder / "status=paid" / "part-00000-left.snappy.parquet").write_bytes(b"PAR1")
+    (folder / "important.txt").write_text("keep me")
+    dead_run = tmp_path / "warehouse" / "orders__staging" / "0123456789ab"
+    staging.claim(spark, f"{dead_run}/increment", target.spark_path)
+
+    with pytest.raises(TargetOwnedError, match=r"important\.txt"):
+        load(spark, spec_of(source), target, 1)
+
+    assert held(target.path) == ["important.txt", "status=paid"]
+    assert (folder / "important.txt").read_text() == "keep me"
