@@ -114,10 +114,10 @@ def _run_load(
         crash_point("after_extract")
 
         # An increment written once reads the source as the commit writes it.
-        reading = extracted.increment is not None
+        written_once = extracted.increment is not None
         with (
             phase("commit"),
-            naming_source_files(spec.name, source_path) if reading else nullcontext(),
+            naming_source_files(spec.name, source_path) if written_once else nullcontext(),
         ):
             committed = commit(
                 spark,
@@ -132,7 +132,7 @@ def _run_load(
                 source.identity,
             )
         hook("committed")
-        if extracted.increment is not None:
+        if written_once:
             # Written once: what its write counted. Its rows, if the count did not come
             # back, are the rows the commit wrote (nothing of such an increment is
             # filtered out on its way: Strategy.once_given).

@@ -190,14 +190,11 @@ def rows_by_partition(
     again, against the version before its commit."""
     spec = strategy.spec
     staged_path = extracted.staged_path
+    written_once = None  # the new table's version, when nothing was staged
     if committed.created_table:
-        counted = {**extracted.partition_keys, "rows": extracted.rows_staged}
-        if extracted.increment is not None:  # written once, as the table: nothing staged
-            key = _one_key(counted)
-            if key is not None:
-                return {key: int(counted["rows"])}
-            return _counted_by_key(spec, target.to_spark(spark, committed.version))
-        path = staged_path
+        counted, path = {**extracted.partition_keys, "rows": extracted.rows_staged}, staged_path
+        if extracted.increment is not None:
+            written_once = committed.version
     elif not committed.committed or committed.cursor_only:
         return {}
     elif committed.acting_staged:
@@ -218,6 +215,8 @@ def rows_by_partition(
     key = _one_key(counted)
     if key is not None:
         return {key: int(counted["rows"])}
+    if written_once is not None:
+        return _counted_by_key(spec, target.to_spark(spark, written_once))
     return _counted_by_key(spec, staging.read(spark, path))
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, predicates, transforms, validation
@@ -217,6 +217,10 @@ class Strategy:
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
         quarantined = None
+        # Counted before anything is written (a run that may write once), else observed as
+        # the increment is staged.
+        counted: dict | None = None
+        observation: Observation | None = None
         if spec.quality.rules:
             if remote:
                 # A database's window is read once, outside the rules' time limit.
@@ -237,7 +241,6 @@ class Strategy:
             counters = extract_counters(spec, rows.columns) + self.once_counters()
             rows, counted = created_by_key(rows, spec.keys, counters)
             fail_on_bad_rows(spec, counted)
-            observation = None
         else:
             # Observed above the shuffle: the pass that finds a created table's key ranges
             # runs the plan below it once more, and an observation there would count every
@@ -258,14 +261,15 @@ class Strategy:
         counters += above_counters(self._above_cursor(window, increment.columns), key)
         if spec.keys:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
-        if observation is None and self.once_given(counted):
+        if counted is not None and self.once_given(counted):
             return Staged(
                 counted, [], partition_key=key, increment=increment, counters=tuple(counters)
             )
         written = write_counted(increment, f"{stage_root}/increment", *counters)
-        if observation is None:
+        if counted is not None:
             counts = counted
         else:
+            assert observation is not None
             counts = observation.get
             fail_on_bad_rows(spec, counts)
         return Staged(
