@@ -9,7 +9,8 @@ driver. Nothing is staged on the driver's disk.
 The root is emptied by Spark when a run ends, however it ends: an empty overwrite, so no
 ``os``/``shutil`` call and no JVM handle is needed (Spark Connect has none). A run killed
 outright (SIGKILL, a lost driver) cannot empty it; the next run of the table does, as it
-ends (its own folder is new, so what was left is never read). The table's pool runs one
+ends (its own folder is new, so what was left is never read, but for a killed run's claim
+to create the table: ``claim``). The table's pool runs one
 run at a time; a stray run alongside would find its staged files gone when the other ends
 and fail before it commits.
 
@@ -65,11 +66,13 @@ def clear(spark: SparkSession, root: str) -> None:
 def empty(spark: SparkSession, path: str) -> None:
     """Empty the folder at ``path`` through Spark, leaving nothing in it: an overwrite
     with no rows, partitioned by a column, so that Spark writes no file at all (``clear``
-    leaves one empty file)."""
+    leaves one empty file). Static, whatever the session's partition overwrite mode: a
+    dynamic overwrite with no rows would replace nothing."""
     (
         spark.range(0)
         .select(F.lit("").alias("value"), F.lit(0).alias("empty"))
         .write.mode("overwrite")
+        .option("partitionOverwriteMode", "static")
         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .partitionBy("empty")
         .text(path)

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 import pyarrow.fs as pafs
@@ -51,6 +52,45 @@ def _local(path: str) -> list[str]:
     if _LOG in names and os.path.isdir(log) and not os.listdir(log):
         names.discard(_LOG)
     return sorted(names)
+
+
+# A data file of a Delta write, or the checksum Hadoop's local file system writes beside it.
+_DATA_FILE = re.compile(r"\.?part-\d{5}-.+")
+# A partition folder of a Delta write (``status=paid``).
+_PARTITION = re.compile(r"[^=]+=.*")
+
+
+def only_unlogged_writes(path: str, storage_options: Mapping[str, str] | None = None) -> bool:
+    """Whether everything under the folder at ``path`` is what a Delta write that never
+    committed leaves: data files (``part-00000-...``, and their checksums), at the top or
+    in partition folders (``name=value``, nested), and a log folder that holds folders
+    but not one file (a commit in flight would be one). Listed recursively."""
+    fs, base = _file_system(path, storage_options)
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    for info in infos:
+        parts = info.path[len(base) :].strip("/").split("/")
+        if parts[0] == _LOG:
+            if info.type == pafs.FileType.File:
+                return False
+            continue
+        folders, name = parts[:-1], parts[-1]
+        if not all(_PARTITION.fullmatch(folder) for folder in folders):
+            return False
+        is_file = info.type == pafs.FileType.File
+        if not (_DATA_FILE.fullmatch(name) if is_file else _PARTITION.fullmatch(name)):
+            return False
+    return True
+
+
+def _file_system(
+    path: str, storage_options: Mapping[str, str] | None
+) -> tuple[pafs.FileSystem, str]:
+    """A file system for the folder at ``path`` and the folder's path within it."""
+    if "://" not in path or path.startswith("file:"):
+        local = path.removeprefix("file://").removeprefix("file:")
+        return pafs.LocalFileSystem(), os.path.abspath(local)
+    handler = DeltaStorageHandler(path.rstrip("/"), dict(storage_options or {}) or None)
+    return pafs.PyFileSystem(handler), ""
 
 
 def describe(names: list[str], shown: int = 5) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -30,7 +30,7 @@ from incremental_assets.engine.changes import OP
 from incremental_assets.engine.delta_lake import catalog
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
-from incremental_assets.engine.delta_lake.folders import describe, held
+from incremental_assets.engine.delta_lake.folders import describe, held, only_unlogged_writes
 from incremental_assets.engine.delta_lake.merge_plan import (
     MergePlan,
     delete,
@@ -45,6 +45,8 @@ from incremental_assets.engine.errors import (
     TargetOwnedError,
 )
 from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.spark import remote
+from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.transforms import LATEST_ROW_HASH, quote, row_hash_version
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.engine.watermarks import (
@@ -73,10 +75,6 @@ SPANNED_BELOW = 4 * 1024 * 1024
 # The key, in the record of a commit creating the table, naming what a killed run's write
 # had left in the folder and this run removed first (``DeltaTarget._claim_folder``).
 LEFTOVERS_REMOVED = "leftovers_removed"
-# What a Delta write leaves in a new table's folder before it commits: data files (and the
-# checksums Hadoop's local file system writes beside them), partition folders, a log
-# folder.
-_WRITTEN_BY_DELTA = re.compile(r"\.?part-\d{5}-.+|[^=]+=.*|_delta_log")
 # The columns Delta refuses in a table without column mapping.
 _NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
@@ -316,14 +314,6 @@ class DeltaTarget:
             "is created only there, or loads a Delta table it created itself",
         )
 
-    def check_unclaimed(self) -> None:
-        """Before the table is created: its folder must not exist or be empty.
-
-        Raises:
-            TargetOwnedError: naming what the folder holds.
-        """
-        unclaimed(self.table_name, self.path, self.storage_options, "target.path")
-
     def _claim_folder(self, spark: SparkSession, staged_path: str) -> str:
         """Before this run creates the table: its folder must not exist or be empty, or
         hold only what a run of this table that was killed as it created the table left
@@ -340,21 +330,38 @@ class DeltaTarget:
         names = held(self.path, self.storage_options)
         removed = ""
         if names:
-            leftovers = all(_WRITTEN_BY_DELTA.fullmatch(name) for name in names)
-            killed = leftovers and staging.claimed(spark, staged_path, self.spark_path)
+            killed = only_unlogged_writes(self.path, self.storage_options) and staging.claimed(
+                spark, staged_path, self.spark_path
+            )
             if not killed or self.exists():
                 unclaimed(self.table_name, self.path, self.storage_options, "target.path", names)
             staging.empty(spark, self.spark_path)
+            # Whatever Spark could not remove is refused, named, as before.
+            unclaimed(self.table_name, self.path, self.storage_options, "target.path")
             removed = describe(names)
         staging.claim(spark, staged_path, self.spark_path)
         return removed
 
-    def _remove_uncommitted(self, spark: SparkSession) -> None:
-        """After this run's write creating the table failed: remove the files it wrote
-        (Delta leaves a failed write's files where they were written) unless a table was
-        committed there after all, so that the folder is empty again for the next run.
-        Best effort: the run's own error is the one to report, and a run killed first
-        leaves its claim for the next run (``_claim_folder``)."""
+    def write_creating(self, spark: SparkSession, write: Callable[[], None]) -> None:
+        """Run ``write``, which creates the table; if it fails, remove what it wrote
+        (``_remove_uncommitted``) before its error is raised."""
+        try:
+            write()
+        except Exception as exc:
+            crash_point("creating_write_failed")
+            self._remove_uncommitted(spark, exc)
+            raise
+
+    def _remove_uncommitted(self, spark: SparkSession, error: Exception) -> None:
+        """After this run's write creating the table failed (``error``): remove the files
+        it wrote (Delta leaves a failed write's files where they were written) unless a
+        table was committed there after all, so that the folder is empty again for the
+        next run. Only for a failure Spark reported, which ends its write: not for a lost
+        Connect server, which may still be writing and commit. Best effort: the run's own
+        error is the one to report, and a run killed first leaves its claim for the next
+        run (``_claim_folder``)."""
+        if not is_spark_failure(error) or remote.server_gone(error):
+            return
         with suppress(Exception):
             if not self.exists():
                 staging.empty(spark, self.spark_path)
@@ -518,8 +525,9 @@ class DeltaTarget:
                 if plan.deletes != "soft":
                     rows = rows.filter(F.col(OP) == "U")
                 rows = rows.select(*[F.col(quote(c)) for c in columns])
-            try:
-                self._write(
+            self.write_creating(
+                spark,
+                lambda: self._write(
                     lambda: delta_commits.append(
                         rows,
                         self.spark_path,
@@ -534,11 +542,8 @@ class DeltaTarget:
                         **transaction,
                     ),
                     creating=True,
-                )
-            except Exception:
-                crash_point("creating_write_failed")
-                self._remove_uncommitted(spark)
-                raise
+                ),
+            )
             found = self._committed(record)
             metrics = found["operation_metrics"]
             return CommitResult(
@@ -825,13 +830,18 @@ class SideTable:
     def append_rows(self, rows: DataFrame, options: Mapping[str, str] | None = None) -> None:
         """Append ``rows`` in one commit (the first one creates the table, in a folder
         checked first: ``_creating``)."""
-        self._creating()  # checks the folder or the table; an append either way
-        delta_commits.append(
+        creating = self._creating()  # checks the folder or the table; an append either way
+        write = partial(
+            delta_commits.append,
             rows,
             self.location.spark_path,
             delta_commits.record({"side_table": self.SUFFIX}),
             options={**(options or {}), **table_options(rows.columns)},
         )
+        if creating:
+            self.location.write_creating(rows.sparkSession, write)
+        else:
+            write()
 
     def insert_missing(
         self, rows: DataFrame, identity: list[str], extra: Mapping[str, Any] | None = None
@@ -841,7 +851,10 @@ class SideTable:
         record = delta_commits.record({"side_table": self.SUFFIX, **(extra or {})})
         path = self.location.spark_path
         if self._creating():
-            delta_commits.append(rows, path, record, options=table_options(rows.columns))
+            write = partial(
+                delta_commits.append, rows, path, record, options=table_options(rows.columns)
+            )
+            self.location.write_creating(rows.sparkSession, write)
             return
         with delta_commits.idempotent(rows.sparkSession, None, None, record):
             run_merge(rows.sparkSession, path, rows, matching(identity), [insert()], rows.columns)

@@ -1,8 +1,8 @@
 """A first load whose write fails, or is killed, part way: Delta leaves the files that write
 had written in the new table's folder, with no log. The run that failed removes them; a run
-killed first leaves its claim in the staging root, and the next run removes them. Either
-way the next run creates the table, exactly, rather than refusing a folder that is not
-empty.
+killed first leaves its claim in the staging root, and the next run removes them (only
+those: anything else in the folder, or no claim for it, is refused as before). Either way
+the next run creates the table, exactly, rather than refusing a folder that is not empty.
 
 The write is made to fail by a row whose partition value is longer than a file name may
 be: the writer of each task writes the other values' files first (its rows are sorted by
@@ -108,7 +108,7 @@ def test_a_first_load_killed_in_its_write_is_cleared_and_created_by_the_next_run
     left = held(target.path)
     assert left and not target.exists()
     assert any(name.startswith("status=") for name in left)
-    assert staging_left(tmp_path / "warehouse" / "orders__staging")
+    assert list((tmp_path / "warehouse" / "orders__staging").glob("*/creates"))
 
     source.upsert([(100, "paid", 1.0, at(1, 2))])
     result = load(spark, spec_of(source), target, 1)
@@ -121,21 +121,32 @@ def test_a_first_load_killed_in_its_write_is_cleared_and_created_by_the_next_run
     assert staging_left(tmp_path / "warehouse" / "orders__staging") == []
 
 
-def test_a_claimed_folder_holding_another_file_too_is_refused_and_nothing_removed(spark, tmp_path):
-    """The claim of a killed run vouches for Delta's files only: a folder that also holds
-    a file no Delta write makes is refused as before, everything in it kept."""
+def test_leftovers_are_removed_only_with_a_claim_for_this_folder_and_nothing_else_there(
+    spark, tmp_path
+):
+    """A killed run's claim vouches for Delta's unlogged files only: without a claim for
+    this very folder, or with any other file beside them (at the top or in a partition
+    folder), the folder is refused as before and everything in it kept."""
     source = DeltaSourceTable(tmp_path / "source" / "orders")
     source.upsert(orders())
     target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
     folder = tmp_path / "warehouse" / "orders"
     (folder / "status=paid").mkdir(parents=True)
     (folder / "status=paid" / "part-00000-left.snappy.parquet").write_bytes(b"PAR1")
-    (folder / "important.txt").write_text("keep me")
     dead_run = tmp_path / "warehouse" / "orders__staging" / "0123456789ab"
-    staging.claim(spark, f"{dead_run}/increment", target.spark_path)
 
-    with pytest.raises(TargetOwnedError, match=r"important\.txt"):
-        load(spark, spec_of(source), target, 1)
+    def refused(*extra: str) -> None:
+        with pytest.raises(TargetOwnedError, match=r"status=paid"):
+            load(spark, spec_of(source), target, 1)
+        assert held(target.path) == sorted(["status=paid", *extra])
+        assert (folder / "status=paid" / "part-00000-left.snappy.parquet").exists()
 
-    assert held(target.path) == ["important.txt", "status=paid"]
-    assert (folder / "important.txt").read_text() == "keep me"
+    refused()  # no claim at all
+    staging.claim(spark, f"{dead_run}/increment", target.spark_path + "_elsewhere")
+    refused()  # a claim for another folder
+    for foreign in (folder / "important.txt", folder / "status=paid" / "notes.txt"):
+        staging.claim(spark, f"{dead_run}/increment", target.spark_path)
+        foreign.write_text("keep me")
+        refused(*([foreign.name] if foreign.parent == folder else []))
+        assert foreign.read_text() == "keep me"
+        foreign.unlink()
