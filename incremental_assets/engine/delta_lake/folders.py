@@ -27,10 +27,10 @@ _LOG = "_delta_log"
 def held(path: str, storage_options: Mapping[str, str] | None = None) -> list[str]:
     """The names of the entries directly in the folder at ``path`` (sorted; an empty
     ``_delta_log`` left out), or [] when it does not exist or is empty."""
-    if "://" not in path or path.startswith("file:"):
-        return _local(path.removeprefix("file://").removeprefix("file:"))
-    handler = DeltaStorageHandler(path.rstrip("/"), dict(storage_options or {}) or None)
-    fs = pafs.PyFileSystem(handler)
+    local = _local_path(path)
+    if local is not None:
+        return _local(local)
+    fs, _ = _file_system(path, storage_options)
     try:
         infos = fs.get_file_info(pafs.FileSelector("", recursive=False, allow_not_found=True))
     except FileNotFoundError:
@@ -85,12 +85,20 @@ def only_unlogged_writes(path: str, storage_options: Mapping[str, str] | None = 
 def _file_system(
     path: str, storage_options: Mapping[str, str] | None
 ) -> tuple[pafs.FileSystem, str]:
-    """A file system for the folder at ``path`` and the folder's path within it."""
-    if "://" not in path or path.startswith("file:"):
-        local = path.removeprefix("file://").removeprefix("file:")
+    """A file system for the folder at ``path`` and the folder's path within it: the
+    local one, or delta-rs's storage handler with the warehouse's storage options."""
+    local = _local_path(path)
+    if local is not None:
         return pafs.LocalFileSystem(), os.path.abspath(local)
     handler = DeltaStorageHandler(path.rstrip("/"), dict(storage_options or {}) or None)
     return pafs.PyFileSystem(handler), ""
+
+
+def _local_path(path: str) -> str | None:
+    """``path`` as a local path; None for an object store's."""
+    if "://" not in path or path.startswith("file:"):
+        return path.removeprefix("file://").removeprefix("file:")
+    return None
 
 
 def describe(names: list[str], shown: int = 5) -> str:
