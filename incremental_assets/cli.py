@@ -312,7 +312,8 @@ def _free_slots(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from incremental_assets.dagster_layer.pools import free
-    from incremental_assets.dagster_layer.workers import WORKER_TAG, worker_alive
+    from incremental_assets.dagster_layer.workers import WORKER_TAG
+    from incremental_assets.engine.processes import process_alive
 
     _instance_home("free-slots")
     with dg.DagsterInstance.get() as instance:
@@ -320,7 +321,7 @@ def _free_slots(args: argparse.Namespace) -> int:
         if run is None and not _holds_slots(instance, args.run_id):
             raise CliError(f"no run {args.run_id} on the instance in {os.environ['DAGSTER_HOME']}")
         tag = run.tags.get(WORKER_TAG) if run is not None else None
-        if worker_alive(tag):
+        if process_alive(tag):
             raise CliError(
                 f"run {args.run_id}'s worker {tag} is still running on this host; stop it "
                 "(or wait for it) instead of freeing its slots"

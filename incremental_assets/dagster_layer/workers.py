@@ -20,12 +20,12 @@ From that, a run that has not ended is taken as
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from dataclasses import dataclass
 
 import dagster as dg
+
+from incremental_assets.engine.processes import process_alive, this_process
 
 WORKER_TAG = "incremental_assets/worker"
 FREE_COMMAND = "incremental-assets free-slots {run_id}"
@@ -42,37 +42,15 @@ _EXECUTOR_EVENTS = {
 _EXECUTOR_STARTED = "Executing steps"
 
 
-def worker_id() -> str:
-    """This process, as a run's worker: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def record_worker(instance: dg.DagsterInstance | None, run_id: str | None) -> None:
     """Tag ``run_id`` with this process as its worker."""
     if instance is not None and run_id:
-        instance.add_run_tags(run_id, {WORKER_TAG: worker_id()})
+        instance.add_run_tags(run_id, {WORKER_TAG: this_process()})
 
 
 def mark_worker(context: dg.AssetExecutionContext | dg.OpExecutionContext) -> None:
     """Tag the step's run with the process doing its work (the step holds its slot now)."""
     record_worker(context.instance, context.run_id)
-
-
-def worker_alive(tag: str | None) -> bool | None:
-    """Whether the worker ``host:pid`` runs: None when it cannot be told from here (no
-    tag, or another host)."""
-    if not tag or ":" not in tag:
-        return None
-    host, _, pid = tag.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(frozen=True)
@@ -91,7 +69,7 @@ def liveness(instance: dg.DagsterInstance, run: dg.DagsterRun | None) -> Livenes
         return Liveness(False, f"ended {run.status.value}")
     tag = run.tags.get(WORKER_TAG)
     if tag:
-        alive = worker_alive(tag)
+        alive = process_alive(tag)
         state = {True: "running", False: "gone", None: "on another host, not checked"}[alive]
         return Liveness(alive, f"worker {tag} {state}")
     if reached_executor(instance, run.run_id):

@@ -21,12 +21,14 @@ Example:
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from datetime import date
+from dataclasses import asdict, dataclass, fields
+from datetime import date, datetime, timezone
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -34,6 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from incremental_assets.engine.delta_lake.io import spark_uri
+from incremental_assets.engine.processes import process_alive
 from incremental_assets.specs.locations import staging_location
 
 
@@ -79,36 +82,88 @@ def empty(spark: SparkSession, path: str) -> None:
     )
 
 
-# A run about to create its table records the table's location in its run folder: if the
-# run is killed during that write, the next run knows whose the files left there are.
+# A run about to create its table records the table's location in its run folder, with
+# who it is: if the run is killed during that write, the next run knows whose the files left
+# there are, and whether that run is over.
 _CLAIM = "creates"
+# How long a Spark Connect server may go on with a write whose client is gone: it removes
+# (interrupts) an execution no client is attached to after
+# spark.connect.execute.manager.detachedTimeout, 5 min by default, looked for every 30 s;
+# twice that, for a commit already under way.
+REMOTE_SETTLE_SECONDS = 600
 
 
-def claim(spark: SparkSession, staged_path: str, location: str) -> None:
-    """Record, in the run folder holding ``staged_path``, that this run is about to create
-    the table at ``location`` (one row of text, made in the JVM)."""
+@dataclass(frozen=True)
+class Claim:
+    """A run's claim to create the table at ``location``: its Dagster run (``run_id``), the
+    process that ran it (``process``, ``host:pid``), whether it wrote through a Spark
+    Connect server (``remote``) and when it claimed (``made_at``, seconds since the epoch
+    by that process's clock)."""
+
+    location: str
+    run_id: str = ""
+    process: str = ""
+    remote: bool = False
+    made_at: float = 0.0
+
+    @classmethod
+    def parse(cls, line: str) -> Claim:
+        """A claim as ``claim`` wrote it (a claim of only a location: made before claims
+        said whose they are)."""
+        try:
+            found = json.loads(line)
+        except ValueError:
+            return cls(location=line)
+        if not isinstance(found, dict) or not isinstance(found.get("location"), str):
+            return cls(location=line)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in found.items() if k in names})
+
+    def unfinished(self, now: float) -> str | None:
+        """Why the claiming run's write may still be going on (None: it is surely over, its
+        process gone from this host, and a Connect server's write given time to end)."""
+        who = f"run {self.run_id or '(not recorded)'} (process {self.process or 'not recorded'})"
+        alive = process_alive(self.process)
+        if alive is None:
+            return f"{who}, which cannot be checked from this host, claimed it"
+        if alive:
+            return f"{who} claimed it and is still running"
+        settled = self.made_at + REMOTE_SETTLE_SECONDS
+        if self.remote and now < settled:
+            return (
+                f"{who} claimed it and is gone, but wrote through a Spark Connect server, "
+                f"which may still be running that write until "
+                f"{datetime.fromtimestamp(settled, timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+            )
+        return None
+
+
+def claim(spark: SparkSession, staged_path: str, claimed: Claim) -> None:
+    """Record ``claimed`` in the run folder holding ``staged_path``: this run is about to
+    create the table at its location (one row of text, made in the JVM)."""
     folder = staged_path.rstrip("/").rsplit("/", 1)[0]
     (
         spark.range(1)
-        .select(F.lit(location).alias("value"))
+        .select(F.lit(json.dumps(asdict(claimed))).alias("value"))
         .write.mode("overwrite")
         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .text(f"{folder}/{_CLAIM}")
     )
 
 
-def claimed(spark: SparkSession, staged_path: str, location: str) -> bool:
-    """Whether an earlier run of the table, whose folder is still in the staging root of
-    ``staged_path`` (a run that ends empties the root: that run was killed), had claimed
-    ``location`` to create the table there (``claim``)."""
+def claims(spark: SparkSession, staged_path: str, location: str) -> list[Claim]:
+    """The claims to create the table at ``location`` (``claim``) that earlier runs of the
+    table left in the staging root of ``staged_path``: a run that ends empties the root, so
+    these runs were killed, or are still running."""
     root = staged_path.rstrip("/").rsplit("/", 2)[0]
     try:
-        found = spark.read.text(f"{root}/*/{_CLAIM}").filter(F.col("value") == location)
-        return not found.isEmpty()
+        lines = spark.read.text(f"{root}/*/{_CLAIM}").collect()
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
-            return False
+            return []
         raise
+    found = [Claim.parse(row.value) for row in lines if row.value]
+    return [c for c in found if c.location == location]
 
 
 @contextmanager

@@ -10,6 +10,7 @@ orchestrator. Reading the state needs no Spark (delta-rs reads the log; it never
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -45,6 +46,7 @@ from incremental_assets.engine.errors import (
     TargetOwnedError,
 )
 from incremental_assets.engine.faults import crash_point
+from incremental_assets.engine.processes import this_process
 from incremental_assets.engine.spark import remote
 from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.transforms import LATEST_ROW_HASH, quote, row_hash_version
@@ -314,32 +316,42 @@ class DeltaTarget:
             "is created only there, or loads a Delta table it created itself",
         )
 
-    def _claim_folder(self, spark: SparkSession, staged_path: str) -> str:
+    def _claim_folder(self, spark: SparkSession, staged_path: str, run_id: str) -> str:
         """Before this run creates the table: its folder must not exist or be empty, or
         hold only what a run of this table that was killed as it created the table left
         there (Delta's files of a write that never committed), which is removed. Then the
         run claims the folder (``staging.claim``) in case it is killed in turn. Returns
         what was removed, for the commit's record ('' for nothing).
 
-        A table's runs never overlap (its pool): a run's folder left in the staging root is
-        a dead run's, and its files here are not another run's write in progress.
+        Those files are removed only when their run's claim shows it is over: its process
+        is gone from this host (and a Spark Connect server's write had time to end). A
+        run still running, or on another host, may be writing them now (the table's pool
+        keeps its runs from overlapping, but not runs made outside it).
 
         Raises:
-            TargetOwnedError: the folder holds anything else.
+            TargetOwnedError: the folder holds anything else, or files of a run that may
+                not be over.
         """
         names = held(self.path, self.storage_options)
         removed = ""
         if names:
-            killed = only_unlogged_writes(self.path, self.storage_options) and staging.claimed(
-                spark, staged_path, self.spark_path
-            )
-            if not killed or self.exists():
+            if not only_unlogged_writes(self.path, self.storage_options) or self.exists():
                 unclaimed(self.table_name, self.path, self.storage_options, "target.path", names)
+            found = staging.claims(spark, staged_path, self.spark_path)
+            if not found:
+                unclaimed(self.table_name, self.path, self.storage_options, "target.path", names)
+            now = time.time()
+            unfinished = [why for c in found if (why := c.unfinished(now))]
+            if unfinished:
+                raise in_flight(self.table_name, self.path, names, unfinished)
             staging.empty(spark, self.spark_path)
             # Whatever Spark could not remove is refused, named, as before.
             unclaimed(self.table_name, self.path, self.storage_options, "target.path")
             removed = describe(names)
-        staging.claim(spark, staged_path, self.spark_path)
+        claimed = staging.Claim(
+            self.spark_path, run_id, this_process(), remote.is_connect(spark), time.time()
+        )
+        staging.claim(spark, staged_path, claimed)
         return removed
 
     def write_creating(self, spark: SparkSession, write: Callable[[], None]) -> None:
@@ -505,7 +517,7 @@ class DeltaTarget:
         if not state.exists:
             if staged_rows == 0 and cursor_after is None:
                 return CommitResult(committed=False, version=None)
-            removed = self._claim_folder(spark, staged_path)
+            removed = self._claim_folder(spark, staged_path, str(metadata.get("run_id", "")))
             if removed:  # said in the commit's record (DESCRIBE HISTORY shows it)
                 record = delta_commits.record({**record, LEFTOVERS_REMOVED: removed})
             rows = staged
@@ -950,6 +962,19 @@ def unclaimed(
         f"give table '{table}' a target.path of its own (a new or empty folder), or move "
         "those files out; if they are left from this table's own first load that was "
         "interrupted, remove them",
+    )
+
+
+def in_flight(table: str, path: str, names: list[str], unfinished: list[str]) -> TargetOwnedError:
+    """The error for a folder holding the uncommitted files of a first load of ``table``
+    that may not be over (``unfinished``: why, for each run that claimed it)."""
+    return TargetOwnedError(
+        table,
+        f"the folder {path} (target.path) holds files of a first load of this table that "
+        f"has not committed ({describe(names)}): {'; '.join(unfinished)}. That write may "
+        "still be going on, so they were kept. Nothing was written.",
+        "wait for that run to end, then run again (its files are removed then); if it has "
+        "ended and only cannot be checked from here, remove the files yourself",
     )
 
 

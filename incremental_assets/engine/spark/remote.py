@@ -71,6 +71,11 @@ _GONE_TEXT = (
 )
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (Databricks Connect's too)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def shown(url: str) -> str:
     """``sc://host:port`` of a remote URL, without its parameters (a token may be one)."""
     parsed = urlparse(url)

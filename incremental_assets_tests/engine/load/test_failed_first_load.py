@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from deltalake import DeltaTable
@@ -24,6 +25,8 @@ from incremental_assets.engine.delta_lake.folders import held
 from incremental_assets.engine.delta_lake.store import LEFTOVERS_REMOVED
 from incremental_assets.engine.errors import TargetOwnedError
 from incremental_assets.engine.faults import CRASH_ENV
+from incremental_assets.engine.processes import this_process
+from incremental_assets.engine.staging import REMOTE_SETTLE_SECONDS, Claim
 from incremental_assets_tests.builders import (
     CHILD_SPARK_CONF,
     PROJECT_ROOT,
@@ -52,6 +55,17 @@ def commit_records(path: str) -> list[dict]:
         for c in DeltaTable(path).history()
         if c.get("userMetadata")
     ]
+
+
+def claim(spark, run_folder, claimed: Claim) -> None:
+    staging.claim(spark, f"{run_folder}/increment", claimed)
+
+
+def gone_process() -> str:
+    """``host:pid`` of a process of this host that has ended."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return f"{this_process().rpartition(':')[0]}:{child.pid}"
 
 
 def test_a_failed_first_write_leaves_an_empty_folder_and_the_next_run_creates_the_table(
@@ -142,11 +156,49 @@ def test_leftovers_are_removed_only_with_a_claim_for_this_folder_and_nothing_els
         assert (folder / "status=paid" / "part-00000-left.snappy.parquet").exists()
 
     refused()  # no claim at all
-    staging.claim(spark, f"{dead_run}/increment", target.spark_path + "_elsewhere")
+    claim(spark, dead_run, Claim(target.spark_path + "_elsewhere", "r1", gone_process()))
     refused()  # a claim for another folder
     for foreign in (folder / "important.txt", folder / "status=paid" / "notes.txt"):
-        staging.claim(spark, f"{dead_run}/increment", target.spark_path)
+        claim(spark, dead_run, Claim(target.spark_path, "r1", gone_process()))
         foreign.write_text("keep me")
         refused(*([foreign.name] if foreign.parent == folder else []))
         assert foreign.read_text() == "keep me"
         foreign.unlink()
+
+
+def test_leftovers_of_a_run_that_may_still_be_writing_are_kept(spark, tmp_path):
+    """A claim whose run may not be over keeps the files it vouches for, and the refusal
+    says why: its process still runs, is on another host, or is gone but wrote through a
+    Spark Connect server that may still be running its write. Once that is over (the
+    process gone and, through Connect, the server's time to drop the write passed), the
+    next run removes them and creates the table."""
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    source.upsert(orders())
+    target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
+    folder = tmp_path / "warehouse" / "orders"
+    (folder / "status=paid").mkdir(parents=True)
+    (folder / "status=paid" / "part-00000-left.snappy.parquet").write_bytes(b"PAR1")
+    run_folder = tmp_path / "warehouse" / "orders__staging" / "0123456789ab"
+    now = time.time()
+    gone = gone_process()
+    cases = [
+        (Claim(target.spark_path, "r-live", this_process()), r"r-live .* is still running"),
+        (Claim(target.spark_path, "r-far", "elsewhere.example:41"), r"cannot be checked"),
+        (Claim(target.spark_path), r"\(not recorded\)"),  # a claim of a location only
+        (Claim(target.spark_path, "r-con", gone, True, now), r"Spark Connect server"),
+    ]
+    for claimed, why in cases:
+        claim(spark, run_folder, claimed)
+        with pytest.raises(TargetOwnedError, match=why) as refused:
+            load(spark, spec_of(source), target, 1)
+        assert "status=paid" in str(refused.value)
+        assert (folder / "status=paid" / "part-00000-left.snappy.parquet").exists()
+
+    settled = now - REMOTE_SETTLE_SECONDS - 1
+    claim(spark, run_folder, Claim(target.spark_path, "r-con", gone, True, settled))
+    result = load(spark, spec_of(source), target, 1)
+
+    assert result.rows_inserted == len(orders())
+    assert target_rows(target) == sorted(orders())
+    (created,) = commit_records(target.path)
+    assert "status=paid" in created[LEFTOVERS_REMOVED]
