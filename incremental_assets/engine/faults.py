@@ -5,8 +5,9 @@ after the side tables (tombstones, change log) are written; ``after_commit``;
 ``creating_write_failed``, after a write creating the table failed and before the run
 removes the files it wrote: what a kill during that write leaves) and the process kills
 itself with SIGKILL there: no ``finally`` block, no clean-up, as with an out-of-memory kill
-or a lost machine. Unset (always, outside tests), this is a
-dictionary look-up.
+or a lost machine. ``<point>:interrupt`` sends it SIGINT instead: Python raises
+``KeyboardInterrupt`` there, as on Ctrl-C (Dagster's terminate raises its own interrupt, also
+not an ``Exception``). Unset (always, outside tests), this is a dictionary look-up.
 """
 
 from __future__ import annotations
@@ -20,5 +21,8 @@ POINTS = ("after_extract", "before_commit", "after_commit", "creating_write_fail
 
 def crash_point(name: str) -> None:
     assert name in POINTS, name
-    if os.environ.get(CRASH_ENV) == name:
+    asked = os.environ.get(CRASH_ENV)
+    if asked == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    elif asked == f"{name}:interrupt":
+        os.kill(os.getpid(), signal.SIGINT)

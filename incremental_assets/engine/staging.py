@@ -6,13 +6,13 @@ its own, written and read by Spark through Hadoop paths, so executors on other m
 and a warehouse on an object store (``s3a://``, ``abfss://``) see the same files as the
 driver. Nothing is staged on the driver's disk.
 
-The root is emptied by Spark when a run ends, however it ends: an empty overwrite, so no
+The root is emptied by Spark when a run ends or fails: an empty overwrite, so no
 ``os``/``shutil`` call and no JVM handle is needed (Spark Connect has none). A run killed
-outright (SIGKILL, a lost driver) cannot empty it; the next run of the table does, as it
-ends (its own folder is new, so what was left is never read, but for a killed run's claim
-to create the table: ``claim``). The table's pool runs one
-run at a time; a stray run alongside would find its staged files gone when the other ends
-and fail before it commits.
+outright (SIGKILL, a lost driver) cannot empty it, and an interrupted one (Ctrl-C, Dagster's
+terminate) leaves it; the next run of the table empties it as it ends (its own folder is
+new, so what was left is never read, but for a dead run's claim to create the table:
+``claim``). The table's pool runs one run at a time; a stray run alongside would find its
+staged files gone when the other ends and fail before it commits.
 
 Example:
     >>> with run_folder(spark, root_of("orders", "/wh/orders")) as folder:  # doctest: +SKIP
@@ -169,17 +169,21 @@ def claims(spark: SparkSession, staged_path: str, location: str) -> list[Claim]:
 @contextmanager
 def run_folder(spark: SparkSession, root: str, kind: str = "") -> Iterator[str]:
     """A new folder ``<root>/[<kind>-]<id>`` for one run. The root is cleared on exit,
-    however the block ends, which also removes what a killed run left: not on entry too,
-    which would cost every run one more Spark job to find, most often, nothing."""
+    whether the block ends or fails (not when it is interrupted), which also removes what
+    a killed run left: not on entry too, which would cost every run one more Spark job to
+    find, most often, nothing."""
     folder = f"{root}/{kind + '-' if kind else ''}{uuid.uuid4().hex[:12]}"
     try:
         yield folder
-    except BaseException:
+    except Exception:
         # The run's own error is the one to report, even if Spark cannot clear now (the
         # next run clears what is left).
         with suppress(Exception):
             clear(spark, root)
         raise
+    # Interrupted (Ctrl-C, Dagster's terminate: not an Exception), the folder is left as a
+    # kill leaves it: Spark may still be running the run's write until the process ends,
+    # and the run's claim (``claim``) is what lets the next run remove that write's files.
     clear(spark, root)
 
 

@@ -105,20 +105,29 @@ run_load(spark, spec, DeltaTarget("orders", sys.argv[2]), LoadRequest(at(1), at(
 
 
 @pytest.mark.slow
-def test_a_first_load_killed_in_its_write_is_cleared_and_created_by_the_next_run(spark, tmp_path):
+@pytest.mark.parametrize("how", ["killed", "interrupted"])
+def test_a_first_load_killed_in_its_write_is_cleared_and_created_by_the_next_run(
+    spark, tmp_path, how
+):
+    """Killed (SIGKILL) or interrupted (SIGINT: Ctrl-C; Dagster's terminate raises its own
+    interrupt, which is not an Exception either), the run leaves its files and its claim."""
     source = DeltaSourceTable(tmp_path / "source" / "orders")
     source.upsert([*orders(), (100, TOO_LONG, 1.0, at(1, 2))])
     target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
     conf = [f"{k}={v}" for k, v in CHILD_SPARK_CONF.items()]
-    env = {**os.environ, CRASH_ENV: "creating_write_failed"}
-    env["INCREMENTAL_ASSETS_DRIVER_MEMORY"] = "1g"
+    point = "creating_write_failed" + (":interrupt" if how == "interrupted" else "")
+    env = {**os.environ, CRASH_ENV: point, "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g"}
     command = [sys.executable, "-c", _CHILD, spec_of(source).model_dump_json(), target.path]
-    killed = subprocess.run(
+    ended = subprocess.run(
         [*command, *conf], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300
     )
 
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    # What a kill during the write leaves: its files, no log, and the run's claim.
+    if how == "killed":
+        assert ended.returncode == -signal.SIGKILL, ended.stderr[-3000:]
+    else:
+        assert ended.returncode != 0 and "KeyboardInterrupt" in ended.stderr, ended.stderr[-3000:]
+    # What a kill or an interrupt during the write leaves: its files, no log, and the
+    # run's claim.
     left = held(target.path)
     assert left and not target.exists()
     assert any(name.startswith("status=") for name in left)
