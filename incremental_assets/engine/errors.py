@@ -71,6 +71,14 @@ class TargetOwnedError(IncrementalLoadError):
     """The target's Delta log holds another table's loads."""
 
 
+class FirstLoadUnfinishedError(TargetOwnedError):
+    """The target's folder holds the uncommitted files of a first load of the table whose
+    write may still be going on. The run that finds them leaves the staging root as it is
+    (``keeps_staging``): the claim that says whose the files are stays for the next run."""
+
+    keeps_staging = True
+
+
 class CatalogTableError(IncrementalLoadError):
     """A table named in Spark's catalog is missing, not Delta, or not the one at the
     table's location."""

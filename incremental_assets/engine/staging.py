@@ -27,8 +27,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, fields
-from datetime import date, datetime, timezone
+from dataclasses import asdict, dataclass
+from datetime import date
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from incremental_assets.engine.delta_lake.io import spark_uri
-from incremental_assets.engine.processes import process_alive
+from incremental_assets.engine.processes import Identity, identity_alive
 from incremental_assets.specs.locations import staging_location
 
 
@@ -86,55 +86,68 @@ def empty(spark: SparkSession, path: str) -> None:
 # who it is: if the run is killed during that write, the next run knows whose the files left
 # there are, and whether that run is over.
 _CLAIM = "creates"
-# How long a Spark Connect server may go on with a write whose client is gone: it removes
-# (interrupts) an execution no client is attached to after
-# spark.connect.execute.manager.detachedTimeout, 5 min by default, looked for every 30 s;
-# twice that, for a commit already under way.
-REMOTE_SETTLE_SECONDS = 600
 
 
 @dataclass(frozen=True)
 class Claim:
     """A run's claim to create the table at ``location``: its Dagster run (``run_id``), the
-    process that ran it (``process``, ``host:pid``), whether it wrote through a Spark
-    Connect server (``remote``) and when it claimed (``made_at``, seconds since the epoch
-    by that process's clock)."""
+    process that ran it (``process``; None when the claim does not say: an older version's
+    claim, or one this version cannot read) and whether it wrote through a Spark Connect
+    server (``remote``)."""
 
     location: str
     run_id: str = ""
-    process: str = ""
+    process: Identity | None = None
     remote: bool = False
-    made_at: float = 0.0
+
+    def line(self) -> str:
+        """The claim as one line of JSON (``parse`` reads it back)."""
+        found = {"location": self.location, "run_id": self.run_id, "remote": self.remote}
+        return json.dumps(found | (asdict(self.process) if self.process else {}))
 
     @classmethod
     def parse(cls, line: str) -> Claim:
-        """A claim as ``claim`` wrote it (a claim of only a location: made before claims
-        said whose they are)."""
+        """A claim as ``line`` wrote it; a line that is not one is a claim of that location
+        by no process named (claims once held only the location)."""
         try:
             found = json.loads(line)
         except ValueError:
             return cls(location=line)
         if not isinstance(found, dict) or not isinstance(found.get("location"), str):
             return cls(location=line)
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in found.items() if k in names})
+        kinds = {"process": str, "boot": str, "pid_space": str, "started": int}
+        named = {k: found.get(k) for k in kinds}
+        process = None
+        if all(type(named[k]) is kind for k, kind in kinds.items()) and named["process"]:
+            process = Identity(**named)
+        run_id, remote = found.get("run_id"), found.get("remote")
+        return cls(
+            found["location"],
+            run_id if isinstance(run_id, str) else "",
+            process,
+            remote if isinstance(remote, bool) else True,  # unreadable: the careful reading
+        )
 
-    def unfinished(self, now: float) -> str | None:
-        """Why the claiming run's write may still be going on (None: it is surely over, its
-        process gone from this host, and a Connect server's write given time to end)."""
-        who = f"run {self.run_id or '(not recorded)'} (process {self.process or 'not recorded'})"
-        alive = process_alive(self.process)
+    def unfinished(self) -> str | None:
+        """Why the claiming run's write may still be going on (None: it is over, its
+        process gone from this host)."""
+        if self.process is None:
+            return "a claim that names no process (an older version's, or unreadable) made it"
+        who = f"run {self.run_id or '(not recorded)'} (process {self.process.process})"
+        if self.remote:
+            # A Connect server goes on with a write whose client is gone, until it drops
+            # executions no client is attached to (spark.connect.execute.manager.
+            # detachedTimeout, 5 min by default, counted from when the client went): when
+            # that was cannot be told from here.
+            return (
+                f"{who} claimed it through a Spark Connect server, which may go on with its "
+                "write after the client is gone"
+            )
+        alive = identity_alive(self.process)
         if alive is None:
-            return f"{who}, which cannot be checked from this host, claimed it"
+            return f"{who} claimed it, on another host, boot or container: not checked from here"
         if alive:
             return f"{who} claimed it and is still running"
-        settled = self.made_at + REMOTE_SETTLE_SECONDS
-        if self.remote and now < settled:
-            return (
-                f"{who} claimed it and is gone, but wrote through a Spark Connect server, "
-                f"which may still be running that write until "
-                f"{datetime.fromtimestamp(settled, timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
-            )
         return None
 
 
@@ -144,7 +157,7 @@ def claim(spark: SparkSession, staged_path: str, claimed: Claim) -> None:
     folder = staged_path.rstrip("/").rsplit("/", 1)[0]
     (
         spark.range(1)
-        .select(F.lit(json.dumps(asdict(claimed))).alias("value"))
+        .select(F.lit(claimed.line()).alias("value"))
         .write.mode("overwrite")
         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         .text(f"{folder}/{_CLAIM}")
@@ -175,11 +188,13 @@ def run_folder(spark: SparkSession, root: str, kind: str = "") -> Iterator[str]:
     folder = f"{root}/{kind + '-' if kind else ''}{uuid.uuid4().hex[:12]}"
     try:
         yield folder
-    except Exception:
+    except Exception as exc:
         # The run's own error is the one to report, even if Spark cannot clear now (the
-        # next run clears what is left).
-        with suppress(Exception):
-            clear(spark, root)
+        # next run clears what is left). A run refused for another run's unfinished first
+        # load leaves that run's claim (errors.FirstLoadUnfinishedError).
+        if not getattr(exc, "keeps_staging", False):
+            with suppress(Exception):
+                clear(spark, root)
         raise
     # Interrupted (Ctrl-C, Dagster's terminate: not an Exception), the folder is left as a
     # kill leaves it: Spark may still be running the run's write until the process ends,

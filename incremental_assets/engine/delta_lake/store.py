@@ -10,7 +10,6 @@ orchestrator. Reading the state needs no Spark (delta-rs reads the log; it never
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
@@ -43,10 +42,11 @@ from incremental_assets.engine.delta_lake.merge_plan import (
 from incremental_assets.engine.errors import (
     ConcurrentLoadError,
     CursorLostError,
+    FirstLoadUnfinishedError,
     TargetOwnedError,
 )
 from incremental_assets.engine.faults import crash_point
-from incremental_assets.engine.processes import this_process
+from incremental_assets.engine.processes import this_identity
 from incremental_assets.engine.spark import remote
 from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.transforms import LATEST_ROW_HASH, quote, row_hash_version
@@ -324,13 +324,15 @@ class DeltaTarget:
         what was removed, for the commit's record ('' for nothing).
 
         Those files are removed only when their run's claim shows it is over: its process
-        is gone from this host (and a Spark Connect server's write had time to end). A
-        run still running, or on another host, may be writing them now (the table's pool
-        keeps its runs from overlapping, but not runs made outside it).
+        is gone from this host. A run still running, on another host, or whose Spark
+        Connect server may go on with its write, may be writing them now (the table's
+        pool keeps its runs from overlapping, but not runs made outside it). In the
+        Python process's claim, the window left is the local JVM's own exit after its
+        Python process is gone (its shutdown stops Spark's jobs), before any later run.
 
         Raises:
-            TargetOwnedError: the folder holds anything else, or files of a run that may
-                not be over.
+            TargetOwnedError: the folder holds anything else.
+            FirstLoadUnfinishedError: it holds files of a run that may not be over.
         """
         names = held(self.path, self.storage_options)
         removed = ""
@@ -340,17 +342,14 @@ class DeltaTarget:
             found = staging.claims(spark, staged_path, self.spark_path)
             if not found:
                 unclaimed(self.table_name, self.path, self.storage_options, "target.path", names)
-            now = time.time()
-            unfinished = [why for c in found if (why := c.unfinished(now))]
+            unfinished = [why for c in found if (why := c.unfinished())]
             if unfinished:
                 raise in_flight(self.table_name, self.path, names, unfinished)
             staging.empty(spark, self.spark_path)
             # Whatever Spark could not remove is refused, named, as before.
             unclaimed(self.table_name, self.path, self.storage_options, "target.path")
             removed = describe(names)
-        claimed = staging.Claim(
-            self.spark_path, run_id, this_process(), remote.is_connect(spark), time.time()
-        )
+        claimed = staging.Claim(self.spark_path, run_id, this_identity(), remote.is_connect(spark))
         staging.claim(spark, staged_path, claimed)
         return removed
 
@@ -965,16 +964,19 @@ def unclaimed(
     )
 
 
-def in_flight(table: str, path: str, names: list[str], unfinished: list[str]) -> TargetOwnedError:
+def in_flight(
+    table: str, path: str, names: list[str], unfinished: list[str]
+) -> FirstLoadUnfinishedError:
     """The error for a folder holding the uncommitted files of a first load of ``table``
     that may not be over (``unfinished``: why, for each run that claimed it)."""
-    return TargetOwnedError(
+    return FirstLoadUnfinishedError(
         table,
         f"the folder {path} (target.path) holds files of a first load of this table that "
-        f"has not committed ({describe(names)}): {'; '.join(unfinished)}. That write may "
-        "still be going on, so they were kept. Nothing was written.",
-        "wait for that run to end, then run again (its files are removed then); if it has "
-        "ended and only cannot be checked from here, remove the files yourself",
+        f"has not committed ({describe(names)}), and its write may still be going on: "
+        f"{'; '.join(unfinished)}. They were kept. Nothing was written.",
+        "if that run still runs, wait for it to end, then run again (its files are removed "
+        "then); if it has ended but cannot be checked from here (another host, or Spark "
+        "Connect: no longer in the server's UI), remove the files yourself and run again",
     )
 
 

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from dataclasses import replace
 
 import pytest
 from deltalake import DeltaTable
@@ -23,10 +23,10 @@ from deltalake import DeltaTable
 from incremental_assets.engine import DeltaTarget, staging
 from incremental_assets.engine.delta_lake.folders import held
 from incremental_assets.engine.delta_lake.store import LEFTOVERS_REMOVED
-from incremental_assets.engine.errors import TargetOwnedError
+from incremental_assets.engine.errors import FirstLoadUnfinishedError, TargetOwnedError
 from incremental_assets.engine.faults import CRASH_ENV
-from incremental_assets.engine.processes import this_process
-from incremental_assets.engine.staging import REMOTE_SETTLE_SECONDS, Claim
+from incremental_assets.engine.processes import Identity, this_identity
+from incremental_assets.engine.staging import Claim
 from incremental_assets_tests.builders import (
     CHILD_SPARK_CONF,
     PROJECT_ROOT,
@@ -61,11 +61,12 @@ def claim(spark, run_folder, claimed: Claim) -> None:
     staging.claim(spark, f"{run_folder}/increment", claimed)
 
 
-def gone_process() -> str:
-    """``host:pid`` of a process of this host that has ended."""
+def gone_process() -> Identity:
+    """A process of this host that has ended."""
     child = subprocess.Popen(["true"])
     child.wait()
-    return f"{this_process().rpartition(':')[0]}:{child.pid}"
+    here = this_identity()
+    return replace(here, process=f"{here.process.rpartition(':')[0]}:{child.pid}", started=0)
 
 
 def test_a_failed_first_write_leaves_an_empty_folder_and_the_next_run_creates_the_table(
@@ -118,20 +119,25 @@ def test_a_first_load_killed_in_its_write_is_cleared_and_created_by_the_next_run
     point = "creating_write_failed" + (":interrupt" if how == "interrupted" else "")
     env = {**os.environ, CRASH_ENV: point, "INCREMENTAL_ASSETS_DRIVER_MEMORY": "1g"}
     command = [sys.executable, "-c", _CHILD, spec_of(source).model_dump_json(), target.path]
-    ended = subprocess.run(
-        [*command, *conf], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300
-    )
+    child = subprocess.Popen(
+        [*command, *conf], env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _, stderr = child.communicate(timeout=300)
 
     if how == "killed":
-        assert ended.returncode == -signal.SIGKILL, ended.stderr[-3000:]
+        assert child.returncode == -signal.SIGKILL, stderr[-3000:]
     else:
-        assert ended.returncode != 0 and "KeyboardInterrupt" in ended.stderr, ended.stderr[-3000:]
+        assert child.returncode != 0 and "KeyboardInterrupt" in stderr, stderr[-3000:]
     # What a kill or an interrupt during the write leaves: its files, no log, and the
-    # run's claim.
+    # run's claim, naming the child's process (gone now) and no Connect server.
     left = held(target.path)
     assert left and not target.exists()
     assert any(name.startswith("status=") for name in left)
-    assert list((tmp_path / "warehouse" / "orders__staging").glob("*/creates"))
+    staged = f"{staging.root_of('orders', target.path)}/next/increment"
+    (found,) = staging.claims(spark, staged, target.spark_path)
+    assert found.process.process.endswith(f":{child.pid}") and found.process.started
+    assert (found.run_id, found.remote, found.unfinished()) == ("manual", False, None)
 
     source.upsert([(100, "paid", 1.0, at(1, 2))])
     result = load(spark, spec_of(source), target, 1)
@@ -177,10 +183,11 @@ def test_leftovers_are_removed_only_with_a_claim_for_this_folder_and_nothing_els
 
 def test_leftovers_of_a_run_that_may_still_be_writing_are_kept(spark, tmp_path):
     """A claim whose run may not be over keeps the files it vouches for, and the refusal
-    says why: its process still runs, is on another host, or is gone but wrote through a
-    Spark Connect server that may still be running its write. Once that is over (the
-    process gone and, through Connect, the server's time to drop the write passed), the
-    next run removes them and creates the table."""
+    says why: its process still runs, is on another host or in another container (pid
+    namespace), is not named, or wrote through a Spark Connect server that may go on with
+    the write after its client is gone. The refused run leaves that claim for the runs
+    after it. Once its process is gone (a pid now held by a process started at another
+    time is gone), the next run removes the files and creates the table."""
     source = DeltaSourceTable(tmp_path / "source" / "orders")
     source.upsert(orders())
     target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
@@ -188,26 +195,38 @@ def test_leftovers_of_a_run_that_may_still_be_writing_are_kept(spark, tmp_path):
     (folder / "status=paid").mkdir(parents=True)
     (folder / "status=paid" / "part-00000-left.snappy.parquet").write_bytes(b"PAR1")
     run_folder = tmp_path / "warehouse" / "orders__staging" / "0123456789ab"
-    now = time.time()
-    gone = gone_process()
+    here, location = this_identity(), target.spark_path
     cases = [
-        (Claim(target.spark_path, "r-live", this_process()), r"r-live .* is still running"),
-        (Claim(target.spark_path, "r-far", "elsewhere.example:41"), r"cannot be checked"),
-        (Claim(target.spark_path), r"\(not recorded\)"),  # a claim of a location only
-        (Claim(target.spark_path, "r-con", gone, True, now), r"Spark Connect server"),
+        (Claim(location, "r-live", here), r"r-live .* is still running"),
+        (Claim(location, "r-far", Identity("elsewhere.example:41")), r"on another host"),
+        (Claim(location, "r-box", replace(here, pid_space="pid:[1]")), r"on another host"),
+        (Claim(location), r"names no process"),
+        (Claim(location, "r-con", gone_process(), remote=True), r"Spark Connect server"),
     ]
     for claimed, why in cases:
         claim(spark, run_folder, claimed)
-        with pytest.raises(TargetOwnedError, match=why) as refused:
-            load(spark, spec_of(source), target, 1)
-        assert "status=paid" in str(refused.value)
-        assert (folder / "status=paid" / "part-00000-left.snappy.parquet").exists()
+        for _ in range(2):  # the refused run leaves the claim: refused the same way again
+            with pytest.raises(FirstLoadUnfinishedError, match=why) as refused:
+                load(spark, spec_of(source), target, 1)
+            assert "status=paid" in str(refused.value)
+            assert (folder / "status=paid" / "part-00000-left.snappy.parquet").exists()
 
-    settled = now - REMOTE_SETTLE_SECONDS - 1
-    claim(spark, run_folder, Claim(target.spark_path, "r-con", gone, True, settled))
+    reused = replace(here, started=here.started + 1)  # this pid, once another process's
+    claim(spark, run_folder, Claim(location, "r-old", reused))
     result = load(spark, spec_of(source), target, 1)
 
     assert result.rows_inserted == len(orders())
     assert target_rows(target) == sorted(orders())
     (created,) = commit_records(target.path)
     assert "status=paid" in created[LEFTOVERS_REMOVED]
+
+
+def test_a_claim_is_read_back_as_written_and_a_line_it_cannot_read_names_no_process():
+    here = this_identity()
+    claimed = Claim("s3a://bucket/wh/orders", "r1", here, remote=False)
+    assert Claim.parse(claimed.line()) == claimed
+    assert Claim.parse("s3a://bucket/wh/orders") == Claim("s3a://bucket/wh/orders")
+    odd = claimed.line().replace(f'"started": {here.started}', '"started": "soon"')
+    assert odd != claimed.line() and Claim.parse(odd).process is None
+    unsure = Claim.parse(claimed.line().replace('"remote": false', '"remote": "false"'))
+    assert unsure.remote is True  # not a boolean: read the careful way
