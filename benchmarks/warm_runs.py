@@ -33,6 +33,7 @@ process). Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -54,6 +55,9 @@ AIMS = {
     "connect_run": 3.0,  # with a Connect server: the run, in-process
     "connect_launch": 8.0,  # with a Connect server: a fresh process (dg launch)
 }
+# A round trip to a Spark Connect server across a network (a workspace in a cloud region
+# from a laptop or another region): what each of a run's round trips would add.
+RTT_MS = 30
 
 
 def free_port() -> int:
@@ -198,6 +202,29 @@ def notebook_merge(spark, source: str, target: str) -> None:
     ).collect()
 
 
+# What the Spark Connect client sends the server: each call is one round trip (a query's
+# result stream is one, however many batches it holds).
+_ROUND_TRIPS = ("config", "_analyze", "_execute", "_execute_and_fetch_as_iterator")
+
+
+def count_round_trips() -> collections.Counter:
+    """Count, from now on, the round trips every Spark Connect client of this process
+    makes, by kind (``config``: a setting read or written; ``_analyze``: a schema or plan
+    asked for; the others: a query or command run)."""
+    from pyspark.sql.connect.client.core import SparkConnectClient
+
+    counted: collections.Counter = collections.Counter()
+    for name in _ROUND_TRIPS:
+        method = getattr(SparkConnectClient, name)
+
+        def counting(self, *args, _method=method, _name=name, **kwargs):
+            counted[_name] += 1
+            return _method(self, *args, **kwargs)
+
+        setattr(SparkConnectClient, name, counting)
+    return counted
+
+
 def child_runs(root: Path, days: list[int], orders: int, ui_port: int) -> dict:
     """In-process runs of ``orders`` for ``days`` with Spark started first."""
     import dagster as dg
@@ -208,6 +235,7 @@ def child_runs(root: Path, days: list[int], orders: int, ui_port: int) -> dict:
 
     project = load_project(root / "tables.yaml")
     defs = build_definitions(project)
+    round_trips = count_round_trips() if os.environ.get("INCREMENTAL_ASSETS_SPARK_REMOTE") else None
     started = time.perf_counter()
     spark = start_session(dict(defs.resources["spark"].spark_config))
     spark_start = time.perf_counter() - started
@@ -221,6 +249,7 @@ def child_runs(root: Path, days: list[int], orders: int, ui_port: int) -> dict:
         for n in days:
             write_orders(root, n, orders)
             jobs_before = spark_jobs(ui_port)
+            trips_before = sum(round_trips.values()) if round_trips is not None else 0
             started = time.perf_counter()
             result = dg.materialize(
                 [asset],
@@ -241,6 +270,7 @@ def child_runs(root: Path, days: list[int], orders: int, ui_port: int) -> dict:
             (materialization,) = result.asset_materializations_for_node("orders")
             changed = materialization.metadata["rows_extracted"].value
             jobs = spark_jobs(ui_port) - jobs_before
+            trips = sum(round_trips.values()) - trips_before if round_trips is not None else None
             started = time.perf_counter()
             notebook_merge(spark, str(root / "source" / "orders"), notebook)
             notebook_seconds = time.perf_counter() - started
@@ -250,6 +280,7 @@ def child_runs(root: Path, days: list[int], orders: int, ui_port: int) -> dict:
                     "wall": wall,
                     "step": step,
                     "jobs": jobs,
+                    "round_trips": trips,
                     "rows": changed,
                     "notebook": notebook_seconds,
                     "notebook_jobs": spark_jobs(ui_port) - jobs_before - jobs,
@@ -457,6 +488,11 @@ def report(args, first, cold, local, connect, launches, batched, alone) -> None:
         jobs_text = f"{jobs:.0f}" if jobs is not None else ""
         aim_text = (f"<{aim:.0f}s " + ("met" if seconds < aim else "NOT met")) if aim else ""
         print(f"{name:<44} {seconds:>8.1f} {jobs_text:>11} {aim_text:>8}")
+    trips = avg(csteady, "round_trips")
+    print(
+        f"Connect: round trips to the server a run: {trips:.0f} (on a network {RTT_MS} ms away, "
+        f"as a remote workspace may be: {trips * RTT_MS / 1000:.1f} s of waiting a run)"
+    )
 
     per_table = batched["checks"] / args.tables
     own_run = sum(a["wall"] for a in alone) / len(alone)

@@ -198,7 +198,7 @@ def _scan(
         .transform(to_utc_instants(zone))
         .filter(predicates.to_filter(parts))
     )
-    early, late = value < F.lit(start), value > F.lit(horizon)
+    early, late = value < predicates.instant(start), value > predicates.instant(horizon)
     aggregates = [
         F.sum(early.cast("int")).alias("before"),
         F.sum(late.cast("int")).alias("after"),

@@ -167,8 +167,17 @@ def _literal(value: WatermarkValue, ntz: bool) -> Column:
         if ntz:
             naive = value.replace(tzinfo=None) if value.tzinfo else value
             return F.lit(naive.isoformat(sep=" ")).cast("timestamp_ntz")
-        return F.lit(to_utc(value))
+        return instant(value)
     return F.lit(value)
+
+
+def instant(value: datetime) -> Column:
+    """The instant ``value`` (naive: UTC) as a Spark timestamp literal, given as text with
+    its zone offset and cast: ``F.lit`` of a ``datetime`` asks a Spark Connect server for
+    the session's preferred timestamp type first, a round trip for each literal. Spark
+    folds the cast before it plans the scan, so files and row groups are skipped as with a
+    typed literal."""
+    return F.lit(to_utc(value).isoformat(sep=" ")).cast("timestamp")
 
 
 def _all(columns: list[Column]) -> Column:

@@ -170,11 +170,15 @@ def ensure_required_conf(session: SparkSession) -> None:
         SessionSettingError: the session still holds another value for one of them (a
             cluster or server that refuses the change); nothing has run on it.
     """
-    for key, value in REQUIRED_CONF.items():
+    # One read of the session's settings (through Spark Connect, each read or write is a
+    # round trip to the server); only what differs is set, and read back.
+    current = session.conf.getAll
+    differing = [key for key in REQUIRED_CONF if not _same(current.get(key), REQUIRED_CONF[key])]
+    for key in differing:
         # A session that refuses the change is reported from the read-back below.
         with contextlib.suppress(Exception):
-            session.conf.set(key, value)
-    refuse_unapplied({key: session.conf.get(key, None) for key in REQUIRED_CONF})
+            session.conf.set(key, REQUIRED_CONF[key])
+    refuse_unapplied({**current, **{key: session.conf.get(key, None) for key in differing}})
 
 
 def refuse_unapplied(current: Mapping[str, str | None]) -> None:
@@ -182,5 +186,9 @@ def refuse_unapplied(current: Mapping[str, str | None]) -> None:
     read back from a session) differs from :data:`REQUIRED_CONF`'s."""
     for key, wanted in REQUIRED_CONF.items():
         actual = current.get(key)
-        if actual is None or actual.strip().lower() != wanted.lower():
+        if not _same(actual, wanted):
             raise SessionSettingError(key, actual, wanted, _WHY[key])
+
+
+def _same(actual: str | None, wanted: str) -> bool:
+    return actual is not None and actual.strip().lower() == wanted.lower()

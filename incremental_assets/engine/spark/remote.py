@@ -109,13 +109,16 @@ def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
         raise unreachable(url, exc) from None
     key = (url, threading.get_ident(), frozenset(conf.items()))
     session = _KEPT.pop(key, None)
-    if session is None or not _known(session):
-        # Not a cached one of PySpark's: a server restarted since would not know it. As
-        # PySpark does, this marks the process as a Connect client (its functions build
-        # Connect columns from then on): a process holds Connect sessions or a local one.
-        session = SparkSession.builder.remote(url).create()
-        session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
-        _URLS[session] = url
+    if session is not None and _known(session):
+        # Kept with these settings applied (``key``): each would be a round trip again.
+        _KEPT[key] = session
+        return session
+    # Not a cached one of PySpark's: a server restarted since would not know it. As
+    # PySpark does, this marks the process as a Connect client (its functions build
+    # Connect columns from then on): a process holds Connect sessions or a local one.
+    session = SparkSession.builder.remote(url).create()
+    session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
+    _URLS[session] = url
     try:
         for name, value in conf.items():
             if name != REMOTE_KEY and session.conf.isModifiable(name):
