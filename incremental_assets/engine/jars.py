@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -148,7 +149,7 @@ def record(jar_plan: JarPlan, resolved_jars: str) -> None:
     ivy = str(cache_dir())
     jars = [urlparse(j.strip()).path for j in resolved_jars.split(",") if j.strip()]
     jars = [j for j in jars if j.startswith(ivy) and Path(j).is_file()]
-    if jars:
+    if jars and all(usable(j) for j in jars):
         _write_manifest(jar_plan.manifest, jars)
 
 
@@ -168,13 +169,37 @@ def fetch_with_maven(jar_plan: JarPlan) -> JarPlan:
         "<groupId>incremental-assets</groupId><artifactId>jars</artifactId>"
         f"<version>1</version><dependencies>{dependencies}</dependencies></project>"
     )
+    for _ in range(2):
+        done = _copy_with_maven(pom, out)
+        jars = sorted(str(p) for p in out.glob("*.jar")) if out.is_dir() else []
+        if done.returncode != 0 or not jars:
+            detail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no jars"]
+            raise unavailable(jar_plan, f"mvn failed too: {detail[0]}")
+        broken = [j for j in jars if not usable(j)]
+        if not broken:
+            break
+        # A jar cut short (a copy interrupted, a disk that filled): Maven leaves a copy it
+        # finds there; removed, it is copied again from Maven's own checked repository.
+        for jar in broken:
+            Path(jar).unlink(missing_ok=True)
+    else:
+        raise unavailable(jar_plan, f"mvn left jars that are not whole: {', '.join(broken)}")
+    assert jar_plan.manifest is not None
+    _write_manifest(jar_plan.manifest, jars)
+    return JarPlan(jar_plan.packages, {"spark.jars": ",".join(jars)}, False, jar_plan.manifest)
+
+
+def _copy_with_maven(pom: str, out: Path) -> subprocess.CompletedProcess:
+    """Maven's copy of the dependencies ``pom`` names into ``out`` (downloads checked
+    against their checksums: one that does not match fails rather than being kept)."""
     with tempfile.TemporaryDirectory() as work:
         (Path(work) / "pom.xml").write_text(pom)
-        done = subprocess.run(
+        return subprocess.run(
             [
                 "mvn",
                 "-q",
                 "-B",
+                "--strict-checksums",
                 "dependency:copy-dependencies",
                 f"-DoutputDirectory={out}",
                 "-DincludeScope=runtime",
@@ -183,13 +208,16 @@ def fetch_with_maven(jar_plan: JarPlan) -> JarPlan:
             capture_output=True,
             text=True,
         )
-    jars = sorted(str(p) for p in out.glob("*.jar")) if out.is_dir() else []
-    if done.returncode != 0 or not jars:
-        detail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no jars"]
-        raise unavailable(jar_plan, f"mvn failed too: {detail[0]}")
-    assert jar_plan.manifest is not None
-    _write_manifest(jar_plan.manifest, jars)
-    return JarPlan(jar_plan.packages, {"spark.jars": ",".join(jars)}, False, jar_plan.manifest)
+
+
+def usable(jar: str | Path) -> bool:
+    """Whether ``jar`` is there and whole: a jar cut short has no zip directory at its end,
+    and a JVM given it finds none of its classes, failing only at their first use
+    (``ClassNotFoundException``) rather than as it starts."""
+    try:
+        return zipfile.is_zipfile(jar)
+    except OSError:
+        return False
 
 
 def unavailable(jar_plan: JarPlan, why: str) -> JarsUnavailableError:
@@ -209,7 +237,8 @@ def _read_manifest(path: Path) -> list[str]:
     if not path.is_file():
         return []
     jars = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    return jars if jars and all(Path(j).is_file() for j in jars) else []
+    # A jar gone or cut short since: resolved again, rather than a session without it.
+    return jars if jars and all(usable(j) for j in jars) else []
 
 
 def _write_manifest(path: Path, jars: list[str]) -> None:

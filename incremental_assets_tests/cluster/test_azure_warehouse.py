@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 
+from incremental_assets.engine import jars
 from incremental_assets.engine.spark import connectors
 from incremental_assets_tests.object_stores import AzuriteServer
 from incremental_assets_tests.postgres import skip_or_fail_on_ci
@@ -32,6 +33,14 @@ def _unavailable() -> str | None:
     return None
 
 
+def _jar_report() -> str:
+    """The cached jars that are not whole: a JVM given one fails only at the first use of
+    one of its classes (a ClassNotFoundException seen once on CI)."""
+    listed = {j for m in jars.cache_dir().glob("manifest-*.txt") for j in m.read_text().split()}
+    broken = sorted(j for j in listed if not jars.usable(j))
+    return f"cached jars not whole: {broken or 'none'} (of {len(listed)})"
+
+
 def test_an_upsert_table_on_azure_blob_storage_through_wasb_equals_a_full_reload(tmp_path):
     why = _unavailable()
     if why:
@@ -46,7 +55,7 @@ def test_an_upsert_table_on_azure_blob_storage_through_wasb_equals_a_full_reload
         timeout=300,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"the driver failed ({done.returncode}):\n{done.stderr[-4000:]}"
+    assert lines, f"the driver failed ({done.returncode}):\n{done.stderr[-4000:]}\n{_jar_report()}"
     out = json.loads(lines[-1].removeprefix("RESULT "))
 
     assert out["runs"] == [[True, 0], [True, 1]]

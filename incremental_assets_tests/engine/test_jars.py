@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from incremental_assets_tests.servers import QUICK_JIT
 
 START = """
 import sys
+import zipfile
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.engine.errors import JarsUnavailableError
 try:
@@ -75,7 +77,8 @@ def test_a_second_start_resolves_nothing(spark):
     assert not plan.resolving
     assert "spark.jars.packages" not in plan.conf
     files = plan.conf["spark.jars"].split(",")
-    assert any(Path(f).name == "io.delta_delta-spark_2.13-4.3.1.jar" for f in files)
+    # Spark's resolver names it io.delta_delta-spark_2.13-4.3.1.jar, Maven without the group.
+    assert any(Path(f).name.endswith("delta-spark_2.13-4.3.1.jar") for f in files)
     assert all(Path(f).is_file() for f in files)
     assert jars.delta_package() == "io.delta:delta-spark_2.13:4.3.1"
 
@@ -121,3 +124,47 @@ def test_maven_fetches_the_jars_when_sparks_resolver_cannot(tmp_path):
     assert "ROWS 3" in done.stdout, (done.stdout + done.stderr)[-3000:]
     manifest = next(cache.glob("manifest-*.txt")).read_text().split()
     assert any("maven-" in line and "delta-spark_2.13-4.3.1.jar" in line for line in manifest)
+
+
+def _jar(path: Path, cut: bool = False) -> str:
+    """A small jar at ``path``; ``cut``: its first half only, as a copy interrupted leaves."""
+    with zipfile.ZipFile(path, "w") as jar:
+        jar.writestr("org/example/Thing.class", b"\xca\xfe\xba\xbe" + bytes(4000))
+    if cut:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return str(path)
+
+
+def test_a_cached_jar_cut_short_is_fetched_again_rather_than_loaded(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv(jars.CACHE_ENV, str(cache))
+    monkeypatch.delenv(jars.JARS_ENV, raising=False)
+    manifest = jars.plan({}).manifest
+    whole, cut = _jar(tmp_path / "whole.jar"), _jar(tmp_path / "cut.jar", cut=True)
+
+    manifest.write_text(f"{whole}\n")
+    assert not jars.plan({}).resolving
+    manifest.write_text(f"{whole}\n{cut}\n")
+    # The JVM would start with it and fail at the first use of one of its classes.
+    assert jars.plan({}).resolving
+    assert not jars.usable(cut) and not jars.usable(tmp_path / "gone.jar")
+
+
+def test_maven_copies_again_a_jar_it_left_cut_short(tmp_path, monkeypatch):
+    if shutil.which("mvn") is None:
+        pytest.skip("mvn is not installed")
+    monkeypatch.setenv(jars.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(jars.JARS_ENV, raising=False)
+    plan = jars.plan({})
+    first = jars.fetch_with_maven(plan)
+    delta = next(j for j in first.conf["spark.jars"].split(",") if "delta-spark" in j)
+    size = Path(delta).stat().st_size
+    # Cut short and newer than Maven's own copy: Maven alone would leave it as it is.
+    Path(delta).write_bytes(Path(delta).read_bytes()[: size // 2])
+
+    again = jars.fetch_with_maven(plan)
+
+    assert Path(delta).stat().st_size == size
+    listed = again.conf["spark.jars"].split(",")
+    assert delta in listed and all(jars.usable(j) for j in listed)
