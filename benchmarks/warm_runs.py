@@ -17,7 +17,9 @@ run per table against one run for all.
 4. **Connect**: a Spark Connect server started once (``engine/spark/connect_server.py``),
    the same in-process runs (and notebook MERGEs) through it, and ``dagster asset
    materialize`` in a fresh process through it (``INCREMENTAL_ASSETS_SPARK_REMOTE``: what
-   ``./dev dg launch`` costs with a server up);
+   ``./dev dg launch`` costs with a server up), in the session the last process left and
+   in a new one (as before sessions were kept across processes); the round trips a run
+   makes to the server, and what they would cost on a network 30 ms away;
 5. **late-rows checks**: every small table loaded once, then the checks of all of them in
    one run (as the automation runs them: one step, one Spark session), against a check
    run of its own per table (a fresh process each, as before they were batched);
@@ -43,6 +45,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -58,6 +61,7 @@ AIMS = {
 # A round trip to a Spark Connect server across a network (a workspace in a cloud region
 # from a laptop or another region): what each of a run's round trips would add.
 RTT_MS = 30
+REMOTE = "INCREMENTAL_ASSETS_SPARK_REMOTE"
 
 
 def free_port() -> int:
@@ -235,7 +239,7 @@ def child_runs(root: Path, days: list[int], orders: int, ui_port: int) -> dict:
 
     project = load_project(root / "tables.yaml")
     defs = build_definitions(project)
-    round_trips = count_round_trips() if os.environ.get("INCREMENTAL_ASSETS_SPARK_REMOTE") else None
+    round_trips = count_round_trips() if os.environ.get(REMOTE) else None
     started = time.perf_counter()
     spark = start_session(dict(defs.resources["spark"].spark_config))
     spark_start = time.perf_counter() - started
@@ -404,7 +408,7 @@ def main() -> None:
             "DAGSTER_HOME": str(root / "home"),
             "INCREMENTAL_ASSETS_TABLES": str(root / "tables.yaml"),
         }
-        env.pop("INCREMENTAL_ASSETS_SPARK_REMOTE", None)
+        env.pop(REMOTE, None)
         common = ["--orders", str(args.orders), "--tables", str(args.tables)]
         print(f"project in {root}: orders ({args.orders} rows), {args.tables} small tables")
 
@@ -424,7 +428,7 @@ def main() -> None:
         conf.update({"spark.ui.enabled": "true", "spark.ui.port": str(server_ui)})
         server = connect_server.start(conf, port=0, log=root / "connect.log")
         try:
-            remote = {**env, "INCREMENTAL_ASSETS_SPARK_REMOTE": server.url}
+            remote = {**env, REMOTE: server.url}
             connect = run_child(
                 root,
                 [
@@ -435,9 +439,16 @@ def main() -> None:
                 remote,
             )
             print(f"connect: {json.dumps(connect)}")
+            # Launched runs alternate: one takes the session the last process left
+            # (engine/spark/session_slots.py), one names a new session of its own (as
+            # every launched run did before).
             after = connect_days[-1]
-            launches = [cli_run(root, n, args.orders, remote) for n in (after + 1, after + 2)]
-            print(f"connect launches: {launches}")
+            launches, fresh = [], []
+            for n in range(after + 1, after + 5, 2):
+                launches.append(cli_run(root, n, args.orders, remote))
+                own = {**remote, REMOTE: f"{server.url}/;session_id={uuid.uuid4()}"}
+                fresh.append(cli_run(root, n + 1, args.orders, own))
+            print(f"connect launches: {launches}, in new sessions: {fresh}")
         finally:
             server.stop()
 
@@ -447,7 +458,7 @@ def main() -> None:
             for name in ("t001", "t002")
         ]
         print(f"checks: batched {json.dumps(batched)}, alone {json.dumps(alone)}")
-        report(args, first, cold, local, connect, launches, batched, alone)
+        report(args, first, cold, local, connect, (launches, fresh), batched, alone)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -462,7 +473,8 @@ def report(args, first, cold, local, connect, launches, batched, alone) -> None:
     def avg(rows: list[dict], field: str) -> float:
         return sum(r[field] for r in rows) / len(rows)
 
-    launch = sum(launches) / len(launches)
+    launch = sum(launches[0]) / len(launches[0])
+    launch_new = sum(launches[1]) / len(launches[1])
     warm_step, warm_run = avg(steady, "step"), avg(steady, "wall")
     connect_run = avg(csteady, "wall")
     print(f"\nOne day of orders ({args.orders} rows on day 1; {steady[0]['rows']} changed a day)")
@@ -479,6 +491,7 @@ def report(args, first, cold, local, connect, launches, batched, alone) -> None:
         ("warm local: its step", warm_step, None, AIMS["warm_step"]),
         ("Connect: the run, in-process", connect_run, avg(csteady, "jobs"), AIMS["connect_run"]),
         ("Connect: a fresh process (dagster CLI)", launch, None, AIMS["connect_launch"]),
+        ("  the same in a new session (before)", launch_new, None, None),
         ("warm local: notebook MERGE of the same day", avg(steady, "notebook"),
          avg(steady, "notebook_jobs"), None),
         ("Connect: notebook MERGE of the same day", avg(csteady, "notebook"),

@@ -63,6 +63,7 @@ SHARED_SERVERS = {"spark_cluster", "connect_server", "finished_demo"}
 SHARED_MODULES = {
     "incremental_assets_tests/cluster/test_cluster_demo.py",
     "incremental_assets_tests/cluster/test_connect.py",
+    "incremental_assets_tests/cluster/test_connect_sessions.py",
     "incremental_assets_tests/cluster/test_standalone.py",
     "incremental_assets_tests/demo/test_demo.py",
     "incremental_assets_tests/ui/test_browser.py",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import socket
 import threading
 import warnings
@@ -26,6 +27,7 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine.errors import SparkRemoteError
+from incremental_assets.engine.spark import session_slots
 
 REMOTE_ENV = "INCREMENTAL_ASSETS_SPARK_REMOTE"
 REMOTE_KEY = "spark.remote"
@@ -56,6 +58,10 @@ _URLS: dict[SparkSession, str] = {}
 # (another project's, the tests' own session) get a session of their own, so neither
 # changes the other's.
 _KEPT: dict[tuple[str, int, frozenset[tuple[str, str]]], SparkSession] = {}
+# The slot (a session id an earlier process may have used) each kept session was made in.
+_SLOTS: dict[tuple[str, int, frozenset[tuple[str, str]]], session_slots.Slot] = {}
+# Set when this process's servers are stopped before it exits (``give_up_on_servers``).
+_GAVE_UP = False
 
 # gRPC codes (by name) and texts that mean the server is not there (any more), or is
 # another server than the one the session was made on (a restarted one).
@@ -94,7 +100,8 @@ def address(url: str) -> tuple[str, int]:
 def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
     """A Connect session on the server at ``url`` with ``conf``'s runtime settings (static
     ones, such as jars and the master, are the server's and are left out): the one this
-    thread last made there with the same settings while the server still knows it, else a
+    thread last made there with the same settings while the server still knows it, else
+    the one an earlier process on this host left (engine/spark/session_slots.py), else a
     new one.
 
     Raises:
@@ -113,22 +120,66 @@ def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
         # Kept with these settings applied (``key``): each would be a round trip again.
         _KEPT[key] = session
         return session
-    # Not a cached one of PySpark's: a server restarted since would not know it. As
-    # PySpark does, this marks the process as a Connect client (its functions build
-    # Connect columns from then on): a process holds Connect sessions or a local one.
-    session = SparkSession.builder.remote(url).create()
-    session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
-    _URLS[session] = url
-    try:
-        for name, value in conf.items():
-            if name != REMOTE_KEY and session.conf.isModifiable(name):
-                session.conf.set(name, value)
-    except Exception as exc:
-        if server_gone(exc):
-            raise unreachable(url, exc) from None
-        raise
+    # The session an earlier process left, where one is free (engine/spark/session_slots.py).
+    slot = _SLOTS.get(key) or session_slots.take(url, conf)
+    for attempt in range(2):
+        # Not a cached one of PySpark's: a server restarted since would not know it. As
+        # PySpark does, this marks the process as a Connect client (its functions build
+        # Connect columns from then on): a process holds Connect sessions or a local one.
+        session = SparkSession.builder.remote(slot.url(url) if slot else url).create()
+        session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
+        _URLS[session] = url
+        try:
+            _configure(session, conf)
+            break
+        except Exception as exc:
+            if server_gone(exc):
+                raise unreachable(url, exc) from None
+            if slot is None or attempt or not _closed(exc):
+                raise
+            slot.renew()  # the server closed that session: a new one, under a new id
+    if slot is not None and key not in _SLOTS:
+        _SLOTS[key] = slot
+        session_slots.hold(slot, lambda: _idle(_KEPT.get(key)))
     _KEPT[key] = session
     return session
+
+
+def _configure(session: SparkSession, conf: Mapping[str, str]) -> None:
+    """Set ``conf``'s runtime settings on a new ``session``; with none, one round trip all
+    the same, so a session id the server refuses is known here."""
+    settable = [(n, v) for n, v in conf.items() if n != REMOTE_KEY]
+    settable = [(n, v) for n, v in settable if session.conf.isModifiable(n)]
+    for name, value in settable:
+        session.conf.set(name, value)
+    if not settable:
+        session.conf.get(REQUIRED_PROBE)
+
+
+def _closed(exc: BaseException) -> bool:
+    """``exc`` says the server closed the session it names (idle past its timeout, or
+    released): its id cannot be used again."""
+    condition = getattr(exc, "getCondition", lambda: None)() or ""
+    return condition.startswith("INVALID_HANDLE.SESSION_CLOSED") or ("SESSION_CLOSED" in str(exc))
+
+
+def _idle(session: SparkSession | None) -> bool:
+    """At exit: whether ``session`` has no operation running on its server (any found is
+    interrupted), asked once, without retries."""
+    if session is None or session.is_stopped or _GAVE_UP:
+        return False
+    try:
+        socket.create_connection(address(_URLS[session]), timeout=1).close()
+    except OSError:
+        return False
+    session.client.set_retry_policies([])
+    # A failure is logged by PySpark, at exit perhaps to an output already closed.
+    quiet = logging.getLogger("pyspark.sql.connect.logging")
+    was, quiet.disabled = quiet.disabled, True
+    try:
+        return not session.interruptAll()
+    finally:
+        quiet.disabled = was
 
 
 def give_up_on_servers() -> None:
@@ -139,6 +190,8 @@ def give_up_on_servers() -> None:
     (about 8 s a session), then log the failure to whatever stderr was when PySpark was
     imported (under pytest, a capture already closed: a "Logging error" traceback). The
     hooks are dropped: a stopped server holds no cache."""
+    global _GAVE_UP
+    _GAVE_UP = True  # nor is anything asked of them at exit (``_idle``)
     for session in list(_URLS):
         with contextlib.suppress(Exception):
             session.client.set_retry_policies([])
