@@ -75,7 +75,9 @@ class DeltaSparkResource(PySparkResource):
         # project code before its steps queue for their pool slots but this set-up: name
         # its process now, so a run killed while queued is known dead (dagster_layer/pools.py).
         record_worker(context.instance, context.run_id)
-        self._spark_session = start_session(dict(self.spark_config))
+        # Through Spark Connect, the session the last run's process left (its compiled
+        # classes): engine/spark/session_slots.py.
+        self._spark_session = start_session(dict(self.spark_config), across_processes=True)
 
 
 def spark_resource(project: ProjectSpec) -> PySparkResource:

@@ -88,15 +88,18 @@ def spark_conf(overrides: dict[str, str] | None = None) -> dict[str, str]:
     return {**LOCAL_DEFAULTS, **DELTA_CONF, **(overrides or {}), **REQUIRED_CONF}
 
 
-def start_session(conf: dict[str, str], app_name: str | None = None) -> SparkSession:
+def start_session(
+    conf: dict[str, str], app_name: str | None = None, across_processes: bool = False
+) -> SparkSession:
     """A session with ``conf`` and Delta Lake's jars: from the cache, or resolved once by
     Spark (said on stderr), or, when Spark's resolver cannot reach the repository, fetched
     by Maven into the cache. With ``spark.remote`` in ``conf``, a session on that Spark
-    Connect server instead (engine/spark/remote.py): jars are then the server's."""
+    Connect server instead (engine/spark/remote.py): jars are then the server's, and with
+    ``across_processes`` (a Dagster run's) the session an earlier run's process left."""
     if conf.get("spark.remote"):
         from incremental_assets.engine.spark import remote
 
-        session = remote.connect_session(conf["spark.remote"], conf)
+        session = remote.connect_session(conf["spark.remote"], conf, across_processes)
         try:
             ensure_required_conf(session)
         except Exception as exc:

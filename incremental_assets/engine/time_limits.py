@@ -27,6 +27,8 @@ from datetime import timedelta
 
 from pyspark.sql import SparkSession
 
+from incremental_assets.engine.spark import session_slots
+
 # How often a watcher repeats its interrupt once the limit has passed.
 _REPEAT_SECONDS = 1.0
 
@@ -86,6 +88,9 @@ class _Watch:
                 if self._done.is_set():
                     return
                 self._expired.set()
+                # An interrupted command may go on a while on a Connect server: no later
+                # process takes this session (engine/spark/session_slots.py).
+                session_slots.taint()
                 # A failed interrupt is tried again a second later.
                 with contextlib.suppress(Exception):
                     _interrupt(self._spark, self._tag)

@@ -28,6 +28,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine.delta_lake import catalog
+from incremental_assets.engine.spark import session_slots
 
 KEY = "incremental_assets"
 # The record's entry for what a load read, or a rewind accepted (engine/sources/identity.py).
@@ -100,16 +101,28 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     metadata and transaction from the session, which its threads share)."""
     with SESSION_LOCK:
         before = {key: spark.conf.get(key, None) for key in settings}
-        for key, value in settings.items():
-            spark.conf.set(key, value)
+        restored = False
         try:
+            for key, value in settings.items():
+                spark.conf.set(key, value)
             yield
+            restored = True
         finally:
-            for key, value in before.items():
-                if value is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, value)
+            try:
+                for key, value in before.items():
+                    if value is None:
+                        spark.conf.unset(key)
+                    else:
+                        spark.conf.set(key, value)
+            except BaseException:
+                restored = False
+                raise
+            finally:
+                if not restored:
+                    # The block failed, or its settings may be left: through Spark
+                    # Connect, no later process takes this session (its command may even
+                    # still be running on the server).
+                    session_slots.taint()
 
 
 def idempotent(

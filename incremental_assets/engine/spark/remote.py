@@ -17,8 +17,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import secrets
 import socket
 import threading
+import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -33,6 +35,10 @@ REMOTE_ENV = "INCREMENTAL_ASSETS_SPARK_REMOTE"
 REMOTE_KEY = "spark.remote"
 SETTING = f"{REMOTE_KEY} (tables file) / {REMOTE_ENV}"
 DEFAULT_PORT = 15002  # Spark Connect's own default
+SESSION_ID = "session_id"  # the URL's parameter naming a session
+# Plan ids of a process whose session another process may use: from a random point in
+# [2**61, 2**62), far apart (a process makes some thousands), within the message's int64.
+_PLAN_IDS = 2**61
 # A setting every session has, read to tell whether the server still knows a kept session.
 REQUIRED_PROBE = "spark.sql.session.timeZone"
 
@@ -97,12 +103,14 @@ def address(url: str) -> tuple[str, int]:
     return parsed.hostname, parsed.port or DEFAULT_PORT
 
 
-def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
+def connect_session(
+    url: str, conf: Mapping[str, str], across_processes: bool = False
+) -> SparkSession:
     """A Connect session on the server at ``url`` with ``conf``'s runtime settings (static
     ones, such as jars and the master, are the server's and are left out): the one this
     thread last made there with the same settings while the server still knows it, else
-    the one an earlier process on this host left (engine/spark/session_slots.py), else a
-    new one.
+    (``across_processes``: a Dagster run's) the one an earlier process on this host left
+    (engine/spark/session_slots.py), else a new one.
 
     Raises:
         SparkRemoteError: the server cannot be reached; nothing was run.
@@ -120,16 +128,20 @@ def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
         # Kept with these settings applied (``key``): each would be a round trip again.
         _KEPT[key] = session
         return session
-    # The session an earlier process left, where one is free (engine/spark/session_slots.py).
-    slot = _SLOTS.get(key) or session_slots.take(url, conf)
+    slot = _SLOTS.get(key) or (_slot(url, conf) if across_processes else None)
     for attempt in range(2):
         # Not a cached one of PySpark's: a server restarted since would not know it. As
         # PySpark does, this marks the process as a Connect client (its functions build
         # Connect columns from then on): a process holds Connect sessions or a local one.
-        session = SparkSession.builder.remote(slot.url(url) if slot else url).create()
+        named = _naming(url, slot.session_id) if slot is not None else url
+        session = SparkSession.builder.remote(named).create()
         session.client.set_retry_policies([DefaultPolicy(**_RETRIES)])
         _URLS[session] = url
         try:
+            if slot is not None and slot.reused:
+                # What the last process left in the session: its runtime settings (a
+                # commit's transaction pair, a user's own) back to the server's.
+                session.sql("RESET")
             _configure(session, conf)
             break
         except Exception as exc:
@@ -143,6 +155,39 @@ def connect_session(url: str, conf: Mapping[str, str]) -> SparkSession:
         session_slots.hold(slot, lambda: _idle(_KEPT.get(key)))
     _KEPT[key] = session
     return session
+
+
+def _slot(url: str, conf: Mapping[str, str]) -> session_slots.Slot | None:
+    """A slot for a session kept across processes (engine/spark/session_slots.py); None
+    when the URL names a session of its own or none is free."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.plan import LogicalPlan
+
+    trial = str(uuid.uuid4())
+    try:
+        if DefaultChannelBuilder(url).session_id is not None:
+            return None  # the URL names a session of its own
+        if DefaultChannelBuilder(_naming(url, trial)).session_id != trial:
+            return None  # a form of URL not foreseen
+    except Exception:
+        return None
+    slot = session_slots.take(url, conf)
+    if slot is not None:
+        # The server caches a session's resolved plans by their messages, which hold
+        # PySpark's plan ids, counted from 0 in each process: another process's same
+        # query would find this one's plan (its columns as they were then). Each
+        # process's ids start at a random point of their own.
+        with LogicalPlan._lock:
+            if LogicalPlan._nextPlanId < _PLAN_IDS:
+                LogicalPlan._nextPlanId += _PLAN_IDS + secrets.randbelow(_PLAN_IDS)
+    return slot
+
+
+def _naming(url: str, session_id: str) -> str:
+    """``url`` with Connect's ``session_id`` parameter (``sc://host:port/;name=value;...``)."""
+    if "/;" in url:
+        return f"{url.rstrip(';')};{SESSION_ID}={session_id}"
+    return f"{url.rstrip('/')}/;{SESSION_ID}={session_id}"
 
 
 def _configure(session: SparkSession, conf: Mapping[str, str]) -> None:
@@ -172,6 +217,7 @@ def _idle(session: SparkSession | None) -> bool:
         socket.create_connection(address(_URLS[session]), timeout=1).close()
     except OSError:
         return False
+    # Asked once (session_slots waits a few seconds at most for the answer).
     session.client.set_retry_policies([])
     # A failure is logged by PySpark, at exit perhaps to an output already closed.
     quiet = logging.getLogger("pyspark.sql.connect.logging")

@@ -1,24 +1,26 @@
-"""Spark Connect sessions that outlive their process: the next process on this host takes
-the session of the last one again, as a process takes its own (engine/spark/remote.py).
+"""Spark Connect sessions that outlive their process: the next Dagster run on this host
+takes the session the last one left, as a process takes its own (engine/spark/remote.py).
 
 A Connect server compiles a query's classes once per session (its code cache is keyed by
 the session's class loader, SPARK-44795), so every process that opens a session of its own
 compiles them all again: a launched Dagster run (``./dev dg launch``, Dagster's default run
 launcher) is a new process each time. Measured with a small MERGE and an aggregate in a
 fresh process each: 4.2-4.5 s in a new session, 2.6-2.9 s in the session an earlier process
-left.
+left; launched runs of the demo's ``orders`` 9.2 s against 11.6 s (benchmarks/warm_runs.py).
 
-A slot is a file beside the jar cache (``connect-sessions/<server and settings>-<n>``)
-holding a session id. A process takes the first slot no other process holds (an exclusive
-``flock``, kept until it exits, so two processes never share a session) and makes its
-session with that id (``session_id`` in the ``sc://`` URL). The session is taken again
-only after a clean end: a slot is marked in use while held, and marked free at exit only
-when the session has no operation still running on the server (``interruptAll`` found
-none). A process killed, or interrupted during a query, leaves it marked in use, and the
-next process starts a new session (a new id) rather than share one with a command that may
-still be running. A server that closed the session (idle past its timeout, or released)
-refuses its id; the slot then takes a new one (``renew``). With every slot held, a process
-makes a session of its own, as before.
+A slot is a file beside the jar cache (``connect-sessions/<server and settings>-<n>``, only
+its owner may read it) holding a session id. A process takes the first slot no process
+holds (an exclusive ``flock``, kept until it exits; a slot this process holds is skipped
+too, so two threads never share one) and makes its session with that id. What a session
+may carry from the last process is undone when it is taken again (remote.py: its runtime
+settings reset, plan ids of this process's own). The session is taken again only after a
+clean end: a slot is marked in use while held, and marked free at exit only when nothing
+went wrong in the process's commits (``taint``) and the session has no operation running on
+the server. A process killed, interrupted during a query, or whose commit failed leaves it
+marked in use, and the next process starts a new session rather than share one with a
+command that may still be running. A server that closed the session (idle past its
+timeout, or released) refuses its id; the slot then takes a new one (``renew``). With
+every slot held, a process makes a session of its own, as before.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import os
 import socket
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,7 +42,8 @@ from typing import IO
 from incremental_assets.engine import jars
 
 SLOTS = 8
-SESSION_PARAM = "session_id"
+# At exit, how long to wait for the server to say whether a session has work running.
+EXIT_WAIT_SECONDS = 3.0
 
 
 def folder() -> Path:
@@ -47,59 +52,72 @@ def folder() -> Path:
 
 @dataclass
 class Slot:
-    """A slot this process holds (its file open and locked) and the session id it gives."""
+    """A slot this process holds (its file open and locked), the session id it gives, and
+    whether an earlier process used that session (``reused``: it may carry its state)."""
 
     handle: IO[str]
+    path: Path
     session_id: str
-
-    def url(self, url: str) -> str:
-        """``url`` naming this slot's session (Connect's ``session_id`` parameter)."""
-        joined = ";" if "/;" in url else ("/;" if not url.endswith("/") else ";")
-        return f"{url}{joined}{SESSION_PARAM}={self.session_id}"
+    reused: bool
 
     def renew(self) -> None:
         """A new session id (the server closed the last one)."""
-        self.session_id = str(uuid.uuid4())
+        self.session_id, self.reused = str(uuid.uuid4()), False
         _write(self.handle, self.session_id, in_use=True)
 
 
 # Held for the life of the process: closing a file releases its lock.
 _HELD: list[tuple[Slot, Callable[[], bool]]] = []
+_LOCK = threading.Lock()
+_TAINTED = threading.Event()
 
 
 def take(url: str, conf: Mapping[str, str]) -> Slot | None:
     """A free slot for a session on ``url`` with ``conf``'s settings, taken for the rest of
-    this process; None when the URL names its own session or every slot is held."""
-    if f"{SESSION_PARAM}=" in url:
-        return None
-    settings = "\n".join(f"{k}={v}" for k, v in sorted(conf.items()))
-    key = hashlib.sha256(f"{socket.gethostname()}\n{url}\n{settings}".encode()).hexdigest()
+    this process; None when every slot is held or the slots' folder cannot be used."""
+    key = hashlib.sha256(
+        json.dumps([socket.gethostname(), url, sorted(conf.items())]).encode()
+    ).hexdigest()[:20]
     try:
-        folder().mkdir(parents=True, exist_ok=True)
-    except OSError:
+        base = folder()
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except Exception:  # no home, a read-only disk: a session of its own, as before
         return None
-    for n in range(SLOTS):
-        try:
-            handle = (folder() / f"{key[:20]}-{n}").open("a+")
-        except OSError:
-            return None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            continue
-        handle.seek(0)
-        found = _read(handle.read())
-        session_id = found if found is not None else str(uuid.uuid4())
-        _write(handle, session_id, in_use=True)
-        return Slot(handle, session_id)
+    with _LOCK:
+        held = {slot.path for slot, _ in _HELD}
+        for n in range(SLOTS):
+            path = base / f"{key}-{n}"
+            if path in held:
+                continue
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            except OSError:
+                return None
+            handle = os.fdopen(fd, "r+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            found = _read(handle.read())
+            session_id = found or str(uuid.uuid4())
+            _write(handle, session_id, in_use=True)
+            return Slot(handle, path, session_id, reused=found is not None)
     return None
 
 
 def hold(slot: Slot, idle: Callable[[], bool]) -> None:
-    """Keep ``slot`` until this process exits; then mark it free if ``idle()`` says its
-    session has nothing running (it may also fail: the slot then stays in use)."""
-    _HELD.append((slot, idle))
+    """Keep ``slot`` until this process exits; then mark it free if nothing tainted the
+    process and ``idle()`` says its session has nothing running."""
+    with _LOCK:
+        _HELD.append((slot, idle))
+
+
+def taint() -> None:
+    """Something went wrong with a session's work (a commit that failed, a query
+    interrupted): no slot this process holds is marked free at exit, so no later process
+    shares a session that may still be running it."""
+    _TAINTED.set()
 
 
 def _read(text: str) -> str | None:
@@ -120,12 +138,28 @@ def _write(handle: IO[str], session_id: str, in_use: bool) -> None:
     handle.flush()
 
 
+def _answered_idle(idle: Callable[[], bool]) -> bool:
+    """``idle()``, or False when it fails or the server has not answered in time (a
+    server that stalls must not hold up the process's exit)."""
+    answer: list[bool] = []
+
+    def ask() -> None:
+        with contextlib.suppress(Exception):
+            answer.append(idle())
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(EXIT_WAIT_SECONDS)
+    return bool(answer) and answer[0]
+
+
 @atexit.register
 def _release() -> None:
-    for slot, idle in _HELD:
-        with contextlib.suppress(Exception):
-            if idle():
-                _write(slot.handle, slot.session_id, in_use=False)
-        with contextlib.suppress(OSError):
-            slot.handle.close()
-    _HELD.clear()
+    with _LOCK:
+        for slot, idle in _HELD:
+            with contextlib.suppress(Exception):
+                if not _TAINTED.is_set() and _answered_idle(idle):
+                    _write(slot.handle, slot.session_id, in_use=False)
+            with contextlib.suppress(OSError):
+                slot.handle.close()
+        _HELD.clear()
