@@ -442,7 +442,10 @@ def main() -> None:
             # Launched runs alternate: one takes the session the last process left
             # (engine/spark/session_slots.py), one names a new session of its own (as
             # every launched run did before).
-            after = connect_days[-1]
+            # The first, not counted, leaves a session for the next (the in-process runs
+            # above are not a Dagster run's process: they leave none).
+            after = connect_days[-1] + 1
+            cli_run(root, after, args.orders, remote)
             launches, fresh = [], []
             for n in range(after + 1, after + 5, 2):
                 launches.append(cli_run(root, n, args.orders, remote))
