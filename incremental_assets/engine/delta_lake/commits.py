@@ -101,12 +101,15 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     metadata and transaction from the session, which its threads share)."""
     with SESSION_LOCK:
         before = {key: spark.conf.get(key, None) for key in settings}
-        restored = False
+        # A block that fails, or whose settings may be left: through Spark Connect, no
+        # later process takes this session (its command may even still be running).
         try:
             for key, value in settings.items():
                 spark.conf.set(key, value)
             yield
-            restored = True
+        except BaseException:
+            session_slots.taint()
+            raise
         finally:
             try:
                 for key, value in before.items():
@@ -115,14 +118,8 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
                     else:
                         spark.conf.set(key, value)
             except BaseException:
-                restored = False
+                session_slots.taint()
                 raise
-            finally:
-                if not restored:
-                    # The block failed, or its settings may be left: through Spark
-                    # Connect, no later process takes this session (its command may even
-                    # still be running on the server).
-                    session_slots.taint()
 
 
 def idempotent(

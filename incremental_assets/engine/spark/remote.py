@@ -117,9 +117,8 @@ def connect_session(
     """
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    host, port = address(url)
     try:
-        socket.create_connection((host, port), timeout=5).close()
+        _probe(url, timeout=5)
     except OSError as exc:
         raise unreachable(url, exc) from None
     key = (url, threading.get_ident(), frozenset(conf.items()))
@@ -155,6 +154,11 @@ def connect_session(
         session_slots.hold(slot, lambda: _idle(_KEPT.get(key)))
     _KEPT[key] = session
     return session
+
+
+def _probe(url: str, timeout: float) -> None:
+    """Open and close a connection to the server at ``url`` (OSError: none answers)."""
+    socket.create_connection(address(url), timeout=timeout).close()
 
 
 def _slot(url: str, conf: Mapping[str, str]) -> session_slots.Slot | None:
@@ -214,7 +218,7 @@ def _idle(session: SparkSession | None) -> bool:
     if session is None or session.is_stopped or _GAVE_UP:
         return False
     try:
-        socket.create_connection(address(_URLS[session]), timeout=1).close()
+        _probe(_URLS[session], timeout=1)
     except OSError:
         return False
     # Asked once (session_slots waits a few seconds at most for the answer).
