@@ -21,6 +21,12 @@ marked in use, and the next process starts a new session rather than share one w
 command that may still be running. A server that closed the session (idle past its
 timeout, or released) refuses its id; the slot then takes a new one (``renew``). With
 every slot held, a process makes a session of its own, as before.
+
+Slots are kept per server and set of settings, so a server on another port, or other
+settings, makes new ones. A slot no process holds and none has written for a day
+(``STALE_SECONDS``) names a session its server has closed long since (a server closes a
+session idle for an hour by default): taking a slot removes such files first, so the
+folder does not grow with every server a host has used.
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,6 +52,9 @@ from incremental_assets.engine import jars
 SLOTS = 8
 # At exit, how long to wait for the server to say whether a session has work running.
 EXIT_WAIT_SECONDS = 3.0
+# A slot no process holds and none has written for this long is removed.
+STALE_SECONDS = 24 * 3600
+_SLOT_NAME = re.compile(r"[0-9a-f]{20}-[0-9]+")
 
 
 def folder() -> Path:
@@ -85,6 +96,7 @@ def take(url: str, conf: Mapping[str, str]) -> Slot | None:
         return None
     with _LOCK:
         held = {slot.path for slot, _ in _HELD}
+        _sweep(base, held)
         for n in range(SLOTS):
             path = base / f"{key}-{n}"
             if path in held:
@@ -104,6 +116,37 @@ def take(url: str, conf: Mapping[str, str]) -> Slot | None:
             _write(handle, session_id, in_use=True)
             return Slot(handle, path, session_id, reused=found is not None)
     return None
+
+
+def _sweep(base: Path, held: set[Path]) -> None:
+    """Remove the slots in ``base`` that no process holds and none has written for
+    ``STALE_SECONDS``. A slot is removed under its own lock, so never one a process holds;
+    a process that opened it just before finds it gone at exit, and its session is simply
+    not kept."""
+    now = time.time()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        path = base / name
+        if path in held or not _SLOT_NAME.fullmatch(name):
+            continue
+        try:
+            if now - os.lstat(path).st_mtime < STALE_SECONDS:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Written since it was looked at (taken and left meanwhile): not stale.
+            if now - os.fstat(fd).st_mtime >= STALE_SECONDS:
+                os.unlink(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def hold(slot: Slot, idle: Callable[[], bool]) -> None:
