@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import SessionSettingError
-from incremental_assets.engine.spark import class_archive
+from incremental_assets.engine.spark import class_archive, runtime_conf
 from incremental_assets.engine.spark.master import check_master
 
 # Settings without which results would differ from machine to machine.
@@ -173,15 +173,15 @@ def ensure_required_conf(session: SparkSession) -> None:
         SessionSettingError: the session still holds another value for one of them (a
             cluster or server that refuses the change); nothing has run on it.
     """
-    # One read of the session's settings (through Spark Connect, each read or write is a
-    # round trip to the server); only what differs is set, and read back.
-    current = session.conf.getAll
+    # One read of the required settings (through Spark Connect, one round trip for all of
+    # them, not every setting the session holds); only what differs is set, and read back.
+    current = runtime_conf.get_many(session, REQUIRED_CONF)
     differing = [key for key in REQUIRED_CONF if not _same(current.get(key), REQUIRED_CONF[key])]
     for key in differing:
         # A session that refuses the change is reported from the read-back below.
         with contextlib.suppress(Exception):
             session.conf.set(key, REQUIRED_CONF[key])
-    refuse_unapplied({**current, **{key: session.conf.get(key, None) for key in differing}})
+    refuse_unapplied({**current, **runtime_conf.get_many(session, differing)})
 
 
 def refuse_unapplied(current: Mapping[str, str | None]) -> None:

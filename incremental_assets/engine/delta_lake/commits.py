@@ -28,7 +28,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine.delta_lake import catalog
-from incremental_assets.engine.spark import session_slots
+from incremental_assets.engine.spark import runtime_conf, session_slots
 
 KEY = "incremental_assets"
 # The record's entry for what a load read, or a rewind accepted (engine/sources/identity.py).
@@ -100,23 +100,18 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     however the block ends; one block at a time sets them (Spark reads a commit's user
     metadata and transaction from the session, which its threads share)."""
     with SESSION_LOCK:
-        before = {key: spark.conf.get(key, None) for key in settings}
+        before = runtime_conf.get_many(spark, settings)
         # A block that fails, or whose settings may be left: through Spark Connect, no
         # later process takes this session (its command may even still be running).
         try:
-            for key, value in settings.items():
-                spark.conf.set(key, value)
+            runtime_conf.set_many(spark, settings)
             yield
         except BaseException:
             session_slots.taint()
             raise
         finally:
             try:
-                for key, value in before.items():
-                    if value is None:
-                        spark.conf.unset(key)
-                    else:
-                        spark.conf.set(key, value)
+                runtime_conf.restore(spark, before)
             except BaseException:
                 session_slots.taint()
                 raise
