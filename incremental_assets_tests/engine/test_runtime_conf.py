@@ -77,3 +77,14 @@ def test_reading_keys_none_of_which_is_set_gives_none_for_each(spark):
     names = [f"incremental_assets.test.{uuid.uuid4().hex[:8]}.{n}" for n in range(3)]
     assert runtime_conf.get_many(spark, names) == dict.fromkeys(names)
     assert runtime_conf.get_many(spark, []) == {}
+
+
+def test_which_settings_may_be_changed_is_asked_once_for_all(spark, round_trips):
+    asked = ["spark.sql.shuffle.partitions", "spark.sql.extensions", "spark.sql.ansi.enabled"]
+    round_trips.clear()
+
+    found = runtime_conf.modifiable(spark, asked)
+
+    assert found == ["spark.sql.shuffle.partitions", "spark.sql.ansi.enabled"]  # not static
+    if is_connect(spark):
+        assert round_trips == ["is_modifiable"]

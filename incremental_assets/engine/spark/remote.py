@@ -195,13 +195,14 @@ def _naming(url: str, session_id: str) -> str:
 
 
 def _configure(session: SparkSession, conf: Mapping[str, str]) -> None:
-    """Set ``conf``'s runtime settings on a new ``session``; with none, one round trip all
-    the same, so a session id the server refuses is known here."""
-    settable = [(n, v) for n, v in conf.items() if n != REMOTE_KEY]
-    settable = [(n, v) for n, v in settable if session.conf.isModifiable(n)]
-    for name, value in settable:
-        session.conf.set(name, value)
-    if not settable:
+    """Set ``conf``'s runtime settings on a new ``session`` (which of them may be set asked
+    in one round trip, then set in one: two where one a setting took two); with none, one
+    round trip all the same, so a session id the server refuses is known here."""
+    from incremental_assets.engine.spark import runtime_conf  # it imports this module
+
+    names = runtime_conf.modifiable(session, [n for n in conf if n != REMOTE_KEY])
+    runtime_conf.set_many(session, {name: conf[name] for name in names})
+    if not names:
         session.conf.get(REQUIRED_PROBE)
 
 

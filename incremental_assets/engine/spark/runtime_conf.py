@@ -63,6 +63,21 @@ def unset_many(spark: SparkSession, keys: Iterable[str]) -> None:
     spark.client.config(ConfigRequest.Operation(unset=ConfigRequest.Unset(keys=keys)))
 
 
+def modifiable(spark: SparkSession, keys: Iterable[str]) -> list[str]:
+    """Those of ``keys`` a running session may change (not static settings): one round
+    trip through Spark Connect."""
+    keys = list(keys)
+    if not keys:
+        return []
+    if not is_connect(spark):
+        return [key for key in keys if spark.conf.isModifiable(key)]
+    from pyspark.sql.connect.proto import ConfigRequest
+
+    request = ConfigRequest.IsModifiable(keys=keys)
+    found = dict(spark.client.config(ConfigRequest.Operation(is_modifiable=request)).pairs)
+    return [key for key in keys if found.get(key) == "true"]
+
+
 def restore(spark: SparkSession, before: Mapping[str, str | None]) -> None:
     """Put each key of ``before`` back as it was: unset where it was None, else set."""
     unset_many(spark, [key for key, value in before.items() if value is None])
