@@ -37,7 +37,7 @@ from incremental_assets.engine.declared_layers import LayerResult, layer_inputs,
 from incremental_assets.engine.faults import CRASH_ENV
 from incremental_assets.specs import TableSpec, WarehouseSpec, load_project
 from incremental_assets.specs.models import relative_day
-from incremental_assets_tests.servers import QUICK_JIT
+from incremental_assets_tests.servers import INTERPRETED, QUICK_JIT
 
 UTC = timezone.utc
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +81,7 @@ CHILD_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.driver.extraJavaOptions": QUICK_JIT,
+    **INTERPRETED,
 }
 
 

@@ -28,6 +28,7 @@ from incremental_assets_tests.builders import (
 from incremental_assets_tests.object_stores import S3Server
 from incremental_assets_tests.postgres import free_port, skip_or_fail_on_ci
 from incremental_assets_tests.servers import (
+    INTERPRETED,
     S3_CREDENTIALS,
     STARTED,
     StandaloneCluster,
@@ -144,6 +145,8 @@ def spark(
         "spark.ui.retainedJobs": "100",
         "spark.ui.retainedStages": "100",
         "spark.ui.retainedTasks": "1000",
+        # Tens of rows a load: interpreted, not compiled (servers.INTERPRETED).
+        **INTERPRETED,
         # s3a (and s3://) on the moto server; the AWS SDK stays on the driver's class path.
         **s3_spark_conf(s3_endpoint),
         # Spark's catalog backed by a Hive metastore, as in production, for the tests of

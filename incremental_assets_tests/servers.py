@@ -48,6 +48,19 @@ STARTED: dict[str, float] = {}
 # leaves the cores to the work instead of optimizing code that runs a few times.
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
+# The tests load tens of rows at a time: Spark's code generation (Java source for each
+# query's operators and expressions, compiled by Janino, then by the JIT compiler like any
+# other class) costs them more than it saves. Interpreted, engine/strategies' scd2 and cdc
+# modules took 339 s with 2 workers against 376 s; a cold JVM's scd2 history test 113 s
+# against 130 s (JVM CPU 163 s against 196 s, of which the JIT compiler 111 s). Spark
+# computes the same either way (its own tests run both). Production keeps code
+# generation, and so do the cluster tests and engine/load/test_run.py's test of its class
+# cache.
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 # moto accepts any credentials; S3A and delta-rs read these from the environment.
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
 S3_REGION = "us-east-1"
@@ -319,6 +332,7 @@ def connect_conf(endpoint: str, serves_a_suite: bool = False) -> dict[str, str]:
             "spark.driver.memory": "1g",
             "spark.sql.shuffle.partitions": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
+            **INTERPRETED,
             **({} if serves_a_suite else {"spark.driver.extraJavaOptions": QUICK_JIT}),
             **s3_spark_conf(endpoint),
             # JDBC sources through Connect: the driver is the server's (as jars are).
