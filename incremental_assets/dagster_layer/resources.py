@@ -87,6 +87,10 @@ def spark_resource(project: ProjectSpec) -> PySparkResource:
 
 
 def spark_session(resource: PySparkResource):
+    """The resource's session with the settings the engine needs: checked when the
+    project's resource started it (start_session), here when the resource is another
+    (a PySparkResource made elsewhere and handed over)."""
     session = resource.spark_session
-    ensure_required_conf(session)
+    if not isinstance(resource, DeltaSparkResource):
+        ensure_required_conf(session)
     return session

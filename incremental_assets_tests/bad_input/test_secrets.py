@@ -24,11 +24,13 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 from dagster._core.remote_representation.external_data import RepositorySnap
+from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
 from incremental_assets.dagster_layer.build import build_definitions
 from incremental_assets.dagster_layer.connections import DatabaseConnections
+from incremental_assets.dagster_layer.resources import spark_session
 from incremental_assets.engine.errors import SessionSettingError
 from incremental_assets.engine.spark_session import (
     REQUIRED_CONF,
@@ -176,6 +178,21 @@ def test_a_session_handed_over_with_substitution_on_is_fixed(spark):
         # ...and gone once the project has it.
         assert spark.conf.get(SUBSTITUTE) == "false"
         assert spark.sql("select '${spark.app.name}' as v").first()["v"] == "${spark.app.name}"
+    finally:
+        spark.conf.set(SUBSTITUTE, "false")
+
+
+@pytest.mark.classic_only("dagster-pyspark's own resource starts a local session")
+def test_a_pyspark_resource_made_elsewhere_has_its_session_fixed_as_a_step_takes_it(spark):
+    # The project's resource checks the settings as it starts its session; a step handed
+    # dagster-pyspark's own resource checks them as it takes the session.
+    resource = PySparkResource(spark_config={})
+    resource.setup_for_execution(dg.build_init_resource_context())
+    spark.conf.set(SUBSTITUTE, "true")
+    try:
+        session = spark_session(resource)
+
+        assert session.conf.get(SUBSTITUTE) == spark.conf.get(SUBSTITUTE) == "false"
     finally:
         spark.conf.set(SUBSTITUTE, "false")
 
