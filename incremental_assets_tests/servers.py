@@ -54,8 +54,8 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # modules took 339 s with 2 workers against 376 s; a cold JVM's scd2 history test 113 s
 # against 130 s (JVM CPU 163 s against 196 s, of which the JIT compiler 111 s). Spark
 # computes the same either way (its own tests run both). Production keeps code
-# generation, and so do the cluster tests and engine/load/test_run.py's test of its class
-# cache.
+# generation, and so do cluster/test_standalone.py (generated classes compiled on the
+# executors) and engine/load/test_run.py's test of the class cache.
 INTERPRETED = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",

@@ -35,6 +35,7 @@ from incremental_assets.engine.jars import JARS_ENV
 from incremental_assets.engine.spark.settings import MASTER_ENV
 from incremental_assets_tests.builders import PROJECT_ROOT
 from incremental_assets_tests.servers import (
+    INTERPRETED,
     S3_CREDENTIALS,
     cluster_app_conf,
     provided_jars_conf,
@@ -62,7 +63,9 @@ def cluster_env(spark, spark_cluster) -> dict[str, str]:
 
 
 def spark_section() -> dict:
-    return {"conf": {**cluster_app_conf(), **provided_jars_conf()}}
+    # Interpreted on tens of rows (servers.INTERPRETED); test_standalone.py's loads on the
+    # cluster keep code generation, the classes compiled on the executors.
+    return {"conf": {**cluster_app_conf(), **provided_jars_conf(), **INTERPRETED}}
 
 
 @pytest.fixture
