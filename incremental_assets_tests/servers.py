@@ -52,10 +52,10 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # query's operators and expressions, compiled by Janino, then by the JIT compiler like any
 # other class) costs them more than it saves. Interpreted, engine/strategies' scd2 and cdc
 # modules took 339 s with 2 workers against 376 s; a cold JVM's scd2 history test 113 s
-# against 130 s (JVM CPU 163 s against 196 s, of which the JIT compiler 111 s). Spark
-# computes the same either way (its own tests run both). Production keeps code
-# generation, and so do cluster/test_standalone.py (generated classes compiled on the
-# executors) and engine/load/test_run.py's test of the class cache.
+# against 130 s (JVM CPU 163 s against 196 s; even interpreted, the JIT compiler took
+# 111 s of the 163). Spark computes the same either way (its own tests run both).
+# Production keeps code generation, and so do cluster/test_standalone.py (generated
+# classes compiled on the executors) and engine/load/test_run.py's class cache test.
 INTERPRETED = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",

@@ -18,6 +18,7 @@ from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
+from incremental_assets.engine.spark import runtime_conf
 from incremental_assets_tests.builders import (
     ParquetFolder,
     at,
@@ -498,8 +499,8 @@ def test_a_repeated_small_run_reuses_the_classes_spark_generated_for_the_last_on
     compiled = []
     # The suite's session runs interpreted (servers.INTERPRETED): code generation is on
     # here, as in production.
-    for key in INTERPRETED:
-        spark.conf.unset(key)
+    settings = runtime_conf.get_many(spark, INTERPRETED)
+    runtime_conf.unset_many(spark, INTERPRETED)
     try:
         for day in range(1, 5):
             orders_source.upsert([(day * 10 + i, "placed", 1.0, at(day, 12)) for i in range(5)])
@@ -509,8 +510,7 @@ def test_a_repeated_small_run_reuses_the_classes_spark_generated_for_the_last_on
             compiled.append(metrics.METRIC_COMPILATION_TIME().getCount() - before)
             assert result.committed
     finally:
-        for key, value in INTERPRETED.items():
-            spark.conf.set(key, value)
+        runtime_conf.restore(spark, settings)
 
     # The first run creates the table, the second is the first merge: they compile their
     # plans (about 60 and 70 classes here). The later merges compile only what changed
