@@ -100,7 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="incremental-assets")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="simulate sources and load them through Dagster")
-    demo.add_argument("--rounds", type=int, default=4, help="simulated days (default 4)")
+    demo.add_argument(
+        "--rounds", type=int, default=4, help="simulated days (default 4; with 1, no backfill)"
+    )
     demo.add_argument(
         "--postgres",
         action="store_true",

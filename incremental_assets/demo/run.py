@@ -370,16 +370,21 @@ def _run(
                 )
 
         first, last = f"{day(1):%Y-%m-%d}", f"{day(rounds):%Y-%m-%d}"
-        print(
-            f"\nBackfill of partitions {first}...{last} in one run per table "
-            "(loads what no run could read: late rows of a database source; otherwise it "
-            "changes nothing)"
-        )
-        rows = [
-            _materialize(instance, assets, resources, spec.name, partition_range=(first, last))
-            for spec in project.tables
-        ]
-        _print_table(rows)
+        if rounds == 1:
+            # Its one partition was read right after its source day was written: nothing
+            # has come since that a backfill could load.
+            print(f"\nNo backfill: one round (partition {first} has nothing left to load)")
+        else:
+            print(
+                f"\nBackfill of partitions {first}...{last} in one run per table "
+                "(loads what no run could read: late rows of a database source; otherwise "
+                "it changes nothing)"
+            )
+            rows = [
+                _materialize(instance, assets, resources, spec.name, partition_range=(first, last))
+                for spec in project.tables
+            ]
+            _print_table(rows)
 
     print("\nChecking every table against a full reload of its source:")
     # The project's settings (connectors for an object-store warehouse included).

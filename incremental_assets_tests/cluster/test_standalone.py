@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from incremental_assets.engine.spark import class_archive
 from incremental_assets_tests.servers import S3_CREDENTIALS
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,14 @@ def driver_run(spark_cluster, s3, tmp_path_factory) -> dict:
             s3.endpoint,
             bucket,
         ],
-        env={**os.environ, **S3_CREDENTIALS, "PYSPARK_PYTHON": sys.executable},
+        # One start with this class path: a class archive recorded at its exit would serve
+        # no other start, and writing one took ~35 s here (engine/spark/class_archive.py).
+        env={
+            **os.environ,
+            **S3_CREDENTIALS,
+            "PYSPARK_PYTHON": sys.executable,
+            class_archive.ARCHIVE_ENV: "off",
+        },
         capture_output=True,
         text=True,
         timeout=900,
