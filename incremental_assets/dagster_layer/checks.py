@@ -7,6 +7,7 @@ import dagster as dg
 from incremental_assets.engine import checks, quality
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.load import LoadResult
+from incremental_assets.engine.load.interpreted import interpreted
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.specs import TableSpec
 
@@ -145,6 +146,14 @@ def check_specs(spec: TableSpec) -> list[dg.AssetCheckSpec]:
 def check_results(
     spark, spec: TableSpec, target: DeltaTarget, result: LoadResult
 ) -> list[dg.AssetCheckResult]:
+    # Interpreted when the run was (engine/load/interpreted.py): the same small table.
+    with interpreted(spark, result.interpreted):
+        return as_results(_outcomes(spark, spec, target, result))
+
+
+def _outcomes(
+    spark, spec: TableSpec, target: DeltaTarget, result: LoadResult
+) -> dict[str, checks.CheckOutcome]:
     version = result.delta_version if result.committed else None
     outcomes = {
         KEYS_UNIQUE: checks.keys_unique(spark, target, spec.row_identity, written_by=version),
@@ -176,7 +185,7 @@ def check_results(
             scd2.is_current,
             written_by=version,
         )
-    return as_results(outcomes)
+    return outcomes
 
 
 def as_results(outcomes: dict[str, checks.CheckOutcome]) -> list[dg.AssetCheckResult]:

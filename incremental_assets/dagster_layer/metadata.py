@@ -109,6 +109,7 @@ def load_metadata(result: LoadResult, target_path: str) -> dict:
         metadata["lag_seconds"] = float(result.lag_seconds)
     for phase, seconds in result.phase_seconds.items():
         metadata[f"seconds_{phase}"] = float(seconds)
+    metadata["spark_interpreted"] = result.interpreted
     if result.gaps is not None:
         metadata["sequence_gaps"] = result.gaps.missing
         metadata["sequence_gap_ranges"] = result.gaps.describe()

@@ -59,6 +59,7 @@ from incremental_assets.engine.landing_folder import (
     spark_path,
 )
 from incremental_assets.engine.landing_schema import Opener, csv_header, read_schema
+from incremental_assets.engine.load.interpreted import interpreted, is_small, table_bytes
 from incremental_assets.engine.load.result import LoadResult
 from incremental_assets.engine.sources import source_class
 from incremental_assets.engine.sources.identity import check_unchanged
@@ -101,6 +102,8 @@ class LandingReport:
     """Original path -> reason, for the files moved to the quarantine this run."""
     rows_read: int = 0
     commit: CommitResult | None = None
+    # Whether its queries ran without code generation (engine/load/interpreted.py).
+    interpreted: bool = False
 
 
 def quarantine_dir(source_path: str, landing: LandingSpec) -> str:
@@ -287,7 +290,12 @@ def load_landing(
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
 
     root = staging.root_of(spec.name, target.path, staging_dir)
-    with staging.run_folder(spark, root) as stage_root:
+    bronze_table = target.open() if target.exists() else None
+    small = is_small(sum(f.size for f in pending), table_bytes(bronze_table))
+    with (
+        staging.run_folder(spark, root) as stage_root,
+        interpreted(spark, small) as ran_interpreted,
+    ):
         # Files are read in place, by Spark's connector when the warehouse is on an object
         # store too; into a local warehouse an object store's new files are copied first.
         direct = not folder.remote or "://" in stage_root
@@ -364,6 +372,7 @@ def load_landing(
         quarantined=quarantined,
         rows_read=rows_read,
         commit=commit,
+        interpreted=ran_interpreted,
     )
 
 
@@ -626,4 +635,5 @@ def run_landing_load(
         files_added=commit.files_added if commit else 0,
         source=f"{spec.source.format} landing folder {spec.source.path}",
         landing=report,
+        interpreted=report.interpreted,
     )

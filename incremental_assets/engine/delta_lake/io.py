@@ -55,6 +55,11 @@ def live_files(table: DeltaTable) -> pa.Table:
     return pa.table(table.get_add_actions(flatten=True))
 
 
+def live_bytes(actions: pa.Table) -> int:
+    """The size of the files ``actions`` (add actions, as ``live_files``) lists."""
+    return int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
+
+
 def prune_files(actions: pa.Table, parts: list[Part] | None) -> list[dict]:
     """The add actions whose statistics or partition values may hold a row of ``parts``."""
     rows = actions.to_pylist()
@@ -258,7 +263,7 @@ def bytes_holding(table: DeltaTable, keys: KeySet | None) -> int:
     the log: what a merge of those keys rewrites at most."""
     actions = live_files(table)
     if keys is None:
-        return int(pc.sum(actions.column("size_bytes")).as_py() or 0)
+        return live_bytes(actions)
     return sum(int(row["size_bytes"]) for row in files_holding(actions, keys))
 
 

@@ -32,16 +32,22 @@ class Probe:
     ledger: late_files.FileLedger | None = None
 
 
-def probe(
+@dataclass(frozen=True)
+class Opened:
+    """The target's committed state and the source, opened and checked."""
+
+    source: Source
+    state: TargetState
+
+
+def open_source(
     spark: SparkSession,
     spec: TableSpec,
     target: DeltaTarget,
-    request: LoadRequest,
     source_storage: Mapping[str, str] | None = None,
-) -> Probe:
+) -> Opened:
     """Read the cursor from the target's Delta log, check that the source is the one the
-    table was loaded from, open it, check its columns, plan the window and capture the
-    source's high-water mark (as the strategy reads)."""
+    table was loaded from, open it and check its columns."""
     strategy = strategy_for(spec)
     target.check_catalog(spark)
     state = target.state(spec.watermark.kind)
@@ -57,6 +63,22 @@ def probe(
     cursor_range.check_cursor(spec, state.cursor)
     source = kind.open(spark, spec.name, spec.source, dict(source_storage or {}))
     validation.check_source_columns(spec, source.read([]).transform(strategy.shape()).schema)
+    return Opened(source, state)
+
+
+def probe(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: DeltaTarget,
+    request: LoadRequest,
+    source_storage: Mapping[str, str] | None = None,
+    opened: Opened | None = None,
+) -> Probe:
+    """Open the source (unless ``opened`` says what ``open_source`` found), plan the
+    window and capture the source's high-water mark (as the strategy reads)."""
+    strategy = strategy_for(spec)
+    opened = opened or open_source(spark, spec, target, source_storage)
+    source, state = opened.source, opened.state
     clock = source.clock()
     window, outside = strategy.plan_window(source, state, request, clock)
     ledger = None

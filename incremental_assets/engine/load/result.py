@@ -63,6 +63,9 @@ class LoadResult:
     late_unchecked: str = ""
     # Loaded rows by partition key (engine/load/stage.py rows_by_partition).
     rows_by_partition: dict[str, int] = field(default_factory=dict)
+    # Whether the run's queries ran without Spark's code generation (a small run,
+    # engine/load/interpreted.py).
+    interpreted: bool = False
 
     @property
     def rows_unchanged(self) -> int:
@@ -116,6 +119,7 @@ def result(
     files_late: int = 0,
     late_unchecked: str = "",
     rows_by_partition: dict[str, int] | None = None,
+    interpreted: bool = False,
 ) -> LoadResult:
     phase.seconds["total"] = round(time.perf_counter() - started, 3)
     committed = bool(commit and commit.committed)
@@ -150,4 +154,5 @@ def result(
         late_unchecked=late_unchecked,
         rows_late=rows_late,
         rows_by_partition=dict(rows_by_partition or {}),
+        interpreted=interpreted,
     )

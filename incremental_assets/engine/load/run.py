@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 from pyspark.sql import SparkSession
 
@@ -18,7 +18,8 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.disk_full import naming_full_disks
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.load.commit import commit
-from incremental_assets.engine.load.probe import probe
+from incremental_assets.engine.load.interpreted import interpreted, is_small, table_bytes
+from incremental_assets.engine.load.probe import open_source, probe
 from incremental_assets.engine.load.result import LoadResult, Phases, result
 from incremental_assets.engine.load.stage import extract, rows_by_partition
 from incremental_assets.engine.spark import remote
@@ -61,8 +62,9 @@ def run_load(
         remote.naming_lost_server(spark),
         naming_store_errors(spec.name, stores),
         naming_full_disks(spark, spec.name, target.path, staging_dir or staging_root),
+        ExitStack() as stack,
     ):
-        return _run_load(spark, spec, target, request, source_storage, staging_root, hook)
+        return _run_load(spark, spec, target, request, source_storage, staging_root, hook, stack)
 
 
 def _run_load(
@@ -73,14 +75,20 @@ def _run_load(
     source_storage: Mapping[str, str] | None,
     staging_root: str,
     hook: Hook | None,
+    stack: ExitStack,
 ) -> LoadResult:
+    """``stack``: what the run enters is left as it ends (the interpreted settings of a
+    small run, engine/load/interpreted.py)."""
     hook = hook or (lambda _phase: None)
     phase = Phases()
     started = time.perf_counter()
 
     source_path = spec.source.path or ""
     with phase("probe"), naming_source_files(spec.name, source_path):
-        probed = probe(spark, spec, target, request, source_storage)
+        opened = open_source(spark, spec, target, source_storage)
+        small = is_small(opened.source.scan_bytes(), table_bytes(opened.state.table))
+        ran_interpreted = stack.enter_context(interpreted(spark, small))
+        probed = probe(spark, spec, target, request, source_storage, opened)
     source, state, clock, window = probed.source, probed.state, probed.clock, probed.window
     # Rows are hashed the target's way: its stored hashes are compared with theirs.
     strategy = strategy_for(spec, state.row_hash)
@@ -100,6 +108,7 @@ def _run_load(
             started,
             out_of_range=probed.out_of_range,
             late_unchecked=_unchecked(probed.ledger),
+            interpreted=ran_interpreted,
         )
 
     with (
@@ -166,6 +175,7 @@ def _run_load(
         files_late=extracted.files_late,
         late_unchecked=_unchecked(probed.ledger),
         rows_by_partition=by_partition,
+        interpreted=ran_interpreted,
     )
 
 

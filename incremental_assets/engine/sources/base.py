@@ -96,6 +96,14 @@ class Source(ABC):
         listed when the source was opened."""
         return None
 
+    def scan_bytes(self) -> int | None:
+        """The bytes a full read of the source scans at most: its files' (None when unknown,
+        as for a database, whose rows Spark only receives)."""
+        files = self.files()
+        if files is None or any(f.size is None for f in files):
+            return None
+        return sum(f.size or 0 for f in files)
+
     def added_since(self, version: int, cursor: object, column: str) -> Additions | None:
         """Delta sources: what the commits after ``version`` added (engine/sources/
         delta_log.py). None for sources without versions."""

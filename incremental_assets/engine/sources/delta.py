@@ -90,6 +90,10 @@ class DeltaSource(Source):
     def reads_deletion_vectors(self) -> bool:
         return self._deletion_vectors
 
+    def scan_bytes(self) -> int:
+        """The pinned version's live files, from the log."""
+        return delta_io.live_bytes(self._files)
+
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         # Spark skips files by the log's statistics itself; the count is for metadata.
         self.files_read = len(delta_io.prune_files(self._files, raw_parts))

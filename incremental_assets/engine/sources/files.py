@@ -34,6 +34,7 @@ class FileSource(Source):
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
         super().__init__(table, spec)
         self._spark = spark
+        self._listed: list[SourceFile] | None = None
         if spec.format == "parquet" and os.path.isdir(os.path.join(spec.path, "_delta_log")):
             raise SourceNotFoundError(
                 table,
@@ -85,14 +86,17 @@ class FileSource(Source):
         return self._df
 
     def files(self) -> list[SourceFile] | None:
-        # The file index Spark listed when the source was opened: no file is opened here.
-        root = _hadoop_form(self._root_uri())
-        listed = []
-        for uri, size, modified in _listing(self._df, self.spec.path):
-            uri = _hadoop_form(uri)
-            name = uri[len(root) :] if uri.startswith(root) else uri
-            listed.append(SourceFile(name, size, modified))
-        return sorted(listed)
+        # The file index Spark listed when the source was opened: no file is opened here,
+        # and their sizes and times are listed once a run.
+        if self._listed is None:
+            root = _hadoop_form(self._root_uri())
+            listed = []
+            for uri, size, modified in _listing(self._df, self.spec.path):
+                uri = _hadoop_form(uri)
+                name = uri[len(root) :] if uri.startswith(root) else uri
+                listed.append(SourceFile(name, size, modified))
+            self._listed = sorted(listed)
+        return list(self._listed)
 
     def read_files(self, names: tuple[str, ...]) -> DataFrame:
         root = self._root_uri()

@@ -16,6 +16,7 @@ from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake import merge_plan, store
 from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets.engine.errors import NullValuesError
+from incremental_assets.engine.load import interpreted
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark import runtime_conf
@@ -486,7 +487,7 @@ def test_timestamp_watermark_without_a_lookback_setting_runs_twice(spark, orders
 
 @pytest.mark.classic_only("Spark's code generation metrics are read from the driver's JVM")
 def test_a_repeated_small_run_reuses_the_classes_spark_generated_for_the_last_one(
-    spark, orders_source, target
+    spark, orders_source, target, monkeypatch
 ):
     # Spark compiles a class for each operator and expression it runs and keeps them in
     # a cache (spark.sql.codegen.cache.maxEntries, engine/spark_session.py). At Spark's
@@ -498,7 +499,8 @@ def test_a_repeated_small_run_reuses_the_classes_spark_generated_for_the_last_on
     spec = make_spec(orders_source.path, watermark={"lookback": "1h"})
     compiled = []
     # The suite's session runs interpreted (servers.INTERPRETED): code generation is on
-    # here, as in production.
+    # here, as in production for a run over more than interpreted.BELOW bytes of files.
+    monkeypatch.setattr(interpreted, "BELOW", 0)
     settings = runtime_conf.get_many(spark, INTERPRETED)
     runtime_conf.unset_many(spark, INTERPRETED)
     try:
