@@ -290,8 +290,10 @@ def load_landing(
         return LandingReport(len(listing.ready), [], already, len(listing.waiting))
 
     root = staging.root_of(spec.name, target.path, staging_dir)
-    bronze_table = target.open() if target.exists() else None
-    small = is_small(sum(f.size for f in pending), table_bytes(bronze_table))
+    small = is_small(
+        sum(f.size for f in pending),
+        lambda: table_bytes(target.open() if target.exists() else None),
+    )
     with (
         staging.run_folder(spark, root) as stage_root,
         interpreted(spark, small) as ran_interpreted,

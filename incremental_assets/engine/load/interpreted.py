@@ -20,7 +20,7 @@ choice for every run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from deltalake import DeltaTable
@@ -40,9 +40,12 @@ SETTINGS = {
 BELOW = 64 * 1024 * 1024
 
 
-def is_small(*sizes: int | None) -> bool:
-    """Whether files of ``sizes`` bytes (None: unknown) total at most ``BELOW``."""
-    return all(size is not None for size in sizes) and sum(sizes) <= BELOW  # type: ignore[arg-type]
+def is_small(source_bytes: int | None, target_bytes: Callable[[], int]) -> bool:
+    """Whether the source's files (None: unknown) and the target's (asked only when the
+    source's leave room) total at most ``BELOW`` bytes."""
+    if source_bytes is None or source_bytes > BELOW:
+        return False
+    return source_bytes + target_bytes() <= BELOW
 
 
 def table_bytes(table: DeltaTable | None) -> int:
@@ -50,26 +53,49 @@ def table_bytes(table: DeltaTable | None) -> int:
     return delta_io.live_bytes(delta_io.live_files(table)) if table is not None else 0
 
 
+WHOLE_STAGE = "spark.sql.codegen.wholeStage"
+
+
 @contextmanager
 def interpreted(spark: SparkSession, small: bool) -> Iterator[bool]:
     """Within the block, ``spark`` runs interpreted when ``small`` and the session sets
-    neither key itself; yields whether it does. Not under the commit's session lock:
-    another thread's run in the same session may run interpreted or not meanwhile, which
-    changes its speed, never its rows."""
+    neither key itself; yields whether the block's queries run without whole-stage code
+    generation (a session's own setting included). Settings Spark refuses leave the run
+    on code generation; a failed reset taints the session (through Spark Connect no later
+    process takes it) and never hides the block's own error. Not under the commit's
+    session lock: another thread's run in the same session may run interpreted or not
+    meanwhile, which changes its speed, never its rows."""
+    before = runtime_conf.get_many(spark, SETTINGS)
+    if any(value is not None for value in before.values()):
+        yield str(before[WHOLE_STAGE]).lower() == "false"  # the session's own choice
+        return
     if not small:
         yield False
         return
-    before = runtime_conf.get_many(spark, SETTINGS)
-    if any(value is not None for value in before.values()):
-        yield False  # the session's own choice
+    try:
+        runtime_conf.set_many(spark, SETTINGS)
+        accepted = True
+    except Exception:
+        accepted = False  # a cluster that refuses them: the run keeps code generation
+    if not accepted:
+        _reset(spark)
+        yield False
         return
-    runtime_conf.set_many(spark, SETTINGS)
     try:
         yield True
-    finally:
-        try:
-            runtime_conf.unset_many(spark, list(SETTINGS))
-        except BaseException:
-            # Through Spark Connect a later process would take a session left interpreted.
-            session_slots.taint()
-            raise
+    except BaseException:
+        _reset(spark)
+        raise
+    try:
+        runtime_conf.unset_many(spark, list(SETTINGS))
+    except BaseException:
+        session_slots.taint()
+        raise
+
+
+def _reset(spark: SparkSession) -> None:
+    """Unset the settings as far as Spark lets it; taint the session when it does not."""
+    try:
+        runtime_conf.unset_many(spark, list(SETTINGS))
+    except Exception:
+        session_slots.taint()

@@ -86,7 +86,7 @@ def _run_load(
     source_path = spec.source.path or ""
     with phase("probe"), naming_source_files(spec.name, source_path):
         opened = open_source(spark, spec, target, source_storage)
-        small = is_small(opened.source.scan_bytes(), table_bytes(opened.state.table))
+        small = is_small(opened.source.scan_bytes(), lambda: table_bytes(opened.state.table))
         ran_interpreted = stack.enter_context(interpreted(spark, small))
         probed = probe(spark, spec, target, request, source_storage, opened)
     source, state, clock, window = probed.source, probed.state, probed.clock, probed.window

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from incremental_assets.engine.delta_lake.store import DeltaTarget
-from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.landing import load_landing
 from incremental_assets.engine.load import interpreted
 from incremental_assets.engine.reload import differences
@@ -102,10 +101,11 @@ def test_a_run_over_more_bytes_than_the_bound_keeps_code_generation(
     assert not result.interpreted
 
 
+@pytest.mark.parametrize("own", ["true", "false"])
 def test_a_session_that_sets_code_generation_itself_keeps_its_choice(
-    spark, unset, orders_source, target
+    spark, unset, orders_source, target, own
 ):
-    runtime_conf.set_many(spark, {"spark.sql.codegen.wholeStage": "true"})
+    runtime_conf.set_many(spark, {"spark.sql.codegen.wholeStage": own})
     try:
         result, seen = loaded_twice(
             spark,
@@ -117,20 +117,33 @@ def test_a_session_that_sets_code_generation_itself_keeps_its_choice(
     finally:
         runtime_conf.unset_many(spark, ["spark.sql.codegen.wholeStage"])
 
-    expected = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": None}
+    # Its setting untouched, the other key not added; the metadata says what ran.
+    expected = {"spark.sql.codegen.wholeStage": own, "spark.sql.codegen.factoryMode": None}
     assert seen == {p: expected for p in ("probed", "staged", "committed")}
-    assert not result.interpreted
+    assert result.interpreted is (own == "false")
     assert after == expected
+
+
+class Stop(Exception):
+    pass
 
 
 def test_a_run_that_fails_leaves_the_session_as_it_was(spark, unset, orders_source, target):
     spec = make_spec(orders_source.path)
-    orders_source.upsert([(1, "placed", 1.0, at(1, 10)), (2, "placed", 1.0, None)])
+    orders_source.upsert([(1, "placed", 1.0, at(1, 10))])
+    seen = {}
 
-    with pytest.raises(NullValuesError):
-        load(spark, spec, target, 1)
+    def hook(phase: str) -> None:
+        seen[phase] = runtime_conf.get_many(spark, KEYS)
+        if phase == "staged":
+            raise Stop("the run fails after staging its increment")
 
+    with pytest.raises(Stop):
+        load(spark, spec, target, 1, hook=hook)
+
+    assert seen == {p: dict(interpreted.SETTINGS) for p in ("probed", "staged")}
     assert runtime_conf.get_many(spark, KEYS) == dict.fromkeys(KEYS)
+    assert not target.exists()  # nothing committed
 
 
 @pytest.mark.parametrize(("below", "expected"), [(interpreted.BELOW, True), (1024, False)])
