@@ -29,10 +29,11 @@ from pyspark.sql import SparkSession
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.spark import runtime_conf, session_slots
 
+WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 # Whole-stage code generation off, and expressions evaluated by Spark's interpreted
 # projections and predicates instead of generated classes.
 SETTINGS = {
-    "spark.sql.codegen.wholeStage": "false",
+    WHOLE_STAGE: "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 # At most this many bytes of source and target files: interpreted (see above: about where
@@ -50,10 +51,7 @@ def is_small(source_bytes: int | None, target_bytes: Callable[[], int]) -> bool:
 
 def table_bytes(table: DeltaTable | None) -> int:
     """The live files' bytes of a Delta table (0 for none yet), from its log."""
-    return delta_io.live_bytes(delta_io.live_files(table)) if table is not None else 0
-
-
-WHOLE_STAGE = "spark.sql.codegen.wholeStage"
+    return delta_io.bytes_holding(table, None) if table is not None else 0
 
 
 @contextmanager
