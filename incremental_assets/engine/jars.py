@@ -83,7 +83,7 @@ def plan(conf: dict[str, str]) -> JarPlan:
             )
         return JarPlan(packages, {"spark.jars": ",".join([*user_jars, *jars])})
     manifest = cache_dir() / f"manifest-{_digest(packages)}.txt"
-    cached = _read_manifest(manifest)
+    cached = _read_manifest(manifest, packages)
     if cached:
         return JarPlan(packages, {"spark.jars": ",".join([*user_jars, *cached])}, False, manifest)
     conf_out = {
@@ -149,7 +149,9 @@ def record(jar_plan: JarPlan, resolved_jars: str) -> None:
     ivy = str(cache_dir())
     jars = [urlparse(j.strip()).path for j in resolved_jars.split(",") if j.strip()]
     jars = [j for j in jars if j.startswith(ivy) and Path(j).is_file()]
-    if jars and all(usable(j) for j in jars):
+    # A session this JVM already ran is handed back as it is (getOrCreate), with the jars
+    # it started with: they are no list of the packages asked for, and are not recorded.
+    if jars and all(usable(j) for j in jars) and not missing(jar_plan.packages, jars):
         _write_manifest(jar_plan.manifest, jars)
 
 
@@ -233,12 +235,28 @@ def _digest(packages: tuple[str, ...]) -> str:
     return hashlib.sha256(",".join(packages).encode()).hexdigest()[:12]
 
 
-def _read_manifest(path: Path) -> list[str]:
+def missing(packages: tuple[str, ...], jars: list[str]) -> list[str]:
+    """The ``group:artifact:version`` packages of which ``jars`` hold no file (Spark's
+    resolver names one ``group_artifact-version.jar``, Maven ``artifact-version.jar``)."""
+    names = [Path(j).name for j in jars]
+    out = []
+    for package in packages:
+        artifact, version = [*package.split(":"), "", ""][1:3]
+        stem = f"{artifact}-{version}"
+        if not any(n.endswith(".jar") and (n.startswith(stem) or f"_{stem}" in n) for n in names):
+            out.append(package)
+    return out
+
+
+def _read_manifest(path: Path, packages: tuple[str, ...]) -> list[str]:
     if not path.is_file():
         return []
     jars = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    # A jar gone or cut short since: resolved again, rather than a session without it.
-    return jars if jars and all(usable(j) for j in jars) else []
+    # A jar gone or cut short since, or a package's jar never listed (a manifest written
+    # before record() checked it): resolved again, rather than a session without it.
+    if not jars or not all(usable(j) for j in jars) or missing(packages, jars):
+        return []
+    return jars
 
 
 def _write_manifest(path: Path, jars: list[str]) -> None:

@@ -141,7 +141,9 @@ def test_a_cached_jar_cut_short_is_fetched_again_rather_than_loaded(tmp_path, mo
     monkeypatch.setenv(jars.CACHE_ENV, str(cache))
     monkeypatch.delenv(jars.JARS_ENV, raising=False)
     manifest = jars.plan({}).manifest
-    whole, cut = _jar(tmp_path / "whole.jar"), _jar(tmp_path / "cut.jar", cut=True)
+    delta = jars.delta_package().split(":")
+    whole = _jar(tmp_path / f"{delta[0]}_{delta[1]}-{delta[2]}.jar")
+    cut = _jar(tmp_path / "cut.jar", cut=True)
 
     manifest.write_text(f"{whole}\n")
     assert not jars.plan({}).resolving
@@ -149,6 +151,40 @@ def test_a_cached_jar_cut_short_is_fetched_again_rather_than_loaded(tmp_path, mo
     # The JVM would start with it and fail at the first use of one of its classes.
     assert jars.plan({}).resolving
     assert not jars.usable(cut) and not jars.usable(tmp_path / "gone.jar")
+
+
+def test_jars_of_a_session_already_running_are_not_recorded_for_other_packages(
+    tmp_path, monkeypatch
+):
+    """A session asked for with the Azure connector in a JVM already running Delta alone is
+    handed back as it is (getOrCreate): its jars are not the connector's, and recorded as
+    its manifest they would start every later session without it (ClassNotFoundException
+    at the first wasb path)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(jars.CACHE_ENV, str(cache))
+    monkeypatch.delenv(jars.JARS_ENV, raising=False)
+    ivy = cache / "ivy" / "jars"
+    ivy.mkdir(parents=True)
+    delta = jars.delta_package().split(":")
+    delta_jar = _jar(ivy / f"{delta[0]}_{delta[1]}-{delta[2]}.jar")
+    azure = {"spark.jars.packages": "org.apache.hadoop:hadoop-azure:3.4.2"}
+    plan = jars.plan(azure)
+    assert plan.resolving
+
+    jars.record(plan, f"file://{delta_jar}")
+
+    assert not plan.manifest.exists()
+    assert jars.plan(azure).resolving
+    # A manifest written so before this check is not read either: resolved again.
+    plan.manifest.write_text(f"{delta_jar}\n")
+    assert jars.plan(azure).resolving
+    # With the connector's jar listed, it is recorded and read.
+    azure_jar = _jar(ivy / "org.apache.hadoop_hadoop-azure-3.4.2.jar")
+    jars.record(plan, f"file://{delta_jar},file://{azure_jar}")
+    cached = jars.plan(azure)
+    assert not cached.resolving
+    assert cached.conf["spark.jars"].split(",") == [delta_jar, azure_jar]
+    assert jars.missing(plan.packages, [delta_jar]) == ["org.apache.hadoop:hadoop-azure:3.4.2"]
 
 
 def test_maven_copies_again_a_jar_it_left_cut_short(tmp_path, monkeypatch):
