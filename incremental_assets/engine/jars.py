@@ -5,7 +5,9 @@ installed ``delta-spark`` Python package, so JVM and Python sides always match) 
 Spark's own resolver (``spark.jars.packages``) into the cache, and writes a manifest of
 the jar files it got. Later sessions load the manifest's files (``spark.jars``) and resolve
 nothing remotely. When Spark's resolver cannot reach the repository, Maven (``mvn``) fetches
-the same jars into the cache. Settings:
+the same jars into the cache. A manifest names a jar of every package it is for: the jars of
+a session ``getOrCreate`` hands back (its JVM started earlier, with other jars) are not
+written as one, and a manifest without a package's jar is not read. Settings:
 
 - ``INCREMENTAL_ASSETS_JARS``: a folder of jars to use instead (no resolution at all), or
   ``provided`` where the cluster already has Delta Lake (Databricks, a cluster image).
