@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Mapping
+from urllib.parse import urlparse
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import jars
@@ -117,6 +120,7 @@ def start_session(
 
 
 def _start_local(conf: dict[str, str], plan: jars.JarPlan, app_name: str | None) -> SparkSession:
+    running = SparkContext._active_spark_context is not None
     own = {k: v for k, v in conf.items() if k != "spark.jars.packages"}
     if plan.resolving:
         jars.announce(plan)
@@ -133,7 +137,41 @@ def _start_local(conf: dict[str, str], plan: jars.JarPlan, app_name: str | None)
     # The log level is spark.log.level (LOCAL_DEFAULTS), applied as the JVM starts.
     # getOrCreate may hand back a session started elsewhere, with its own settings.
     ensure_required_conf(session)
+    if running:
+        _warn_of_missing_connectors(session, plan)
     return session
+
+
+class ConnectorsMissingWarning(RuntimeWarning):
+    """A session already running in this process lacks connectors the project needs."""
+
+
+def _warn_of_missing_connectors(session: SparkSession, plan: jars.JarPlan) -> None:
+    """Say so when the session ``getOrCreate`` handed back (its JVM started earlier in this
+    process: a notebook's, a test's) has no jar of a connector the project asks for: its
+    class path cannot change now, and the first path needing one would fail with a
+    ``ClassNotFoundException`` far from here. Jars named by a folder or provided by the
+    cluster (``INCREMENTAL_ASSETS_JARS``) are not listed, so not checked."""
+    if plan.manifest is None:
+        return
+    # The context's settings, as the JVM started: those getOrCreate was given since are
+    # in the session's settings only, and changed nothing on the class path.
+    started = session.sparkContext.getConf()
+    listed = [
+        *(started.get("spark.jars") or "").split(","),
+        *(started.get("spark.driver.extraClassPath") or "").split(os.pathsep),
+    ]
+    paths = [urlparse(j).path if "://" in j else j for j in listed if j.strip()]
+    lacking = jars.missing(plan.packages[1:], paths)
+    if lacking:
+        warnings.warn(
+            f"the Spark session already running in this process has no {', '.join(lacking)}"
+            " (its class path was fixed when it started), so paths needing them will fail"
+            " with ClassNotFoundException. Fix: start this process's first session with them"
+            " (spark.jars.packages), or run the project in a process of its own",
+            ConnectorsMissingWarning,
+            stacklevel=3,
+        )
 
 
 def _build(conf: dict[str, str], app_name: str | None) -> SparkSession:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -15,7 +16,8 @@ import pytest
 
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import JarsUnavailableError
-from incremental_assets.engine.spark import class_archive
+from incremental_assets.engine.spark import class_archive, connectors
+from incremental_assets.engine.spark_session import ConnectorsMissingWarning, start_session
 from incremental_assets_tests.servers import QUICK_JIT
 
 START = """
@@ -204,3 +206,19 @@ def test_maven_copies_again_a_jar_it_left_cut_short(tmp_path, monkeypatch):
     assert Path(delta).stat().st_size == size
     listed = again.conf["spark.jars"].split(",")
     assert delta in listed and all(jars.usable(j) for j in listed)
+
+
+def test_a_running_session_without_a_connector_asked_for_warns_naming_it(spark):
+    """The tests' session started with the S3 connector: asked for again with it, nothing
+    to say; asked for with Azure's, it is handed back as it is and the warning names
+    hadoop-azure (a wasb path would fail later with ClassNotFoundException)."""
+    aws = connectors.CONNECTORS["s3"].packages()
+    azure = connectors.CONNECTORS["azure"].packages()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConnectorsMissingWarning)
+        same = start_session({"spark.jars.packages": ",".join(aws)})
+
+    with pytest.warns(ConnectorsMissingWarning, match=r"no org\.apache\.hadoop:hadoop-azure:"):
+        handed = start_session({"spark.jars.packages": ",".join(azure)})
+
+    assert same is spark and handed is spark
