@@ -8,7 +8,6 @@ import contextlib
 import os
 import warnings
 from collections.abc import Mapping
-from urllib.parse import urlparse
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -161,8 +160,8 @@ def _warn_of_missing_connectors(session: SparkSession, plan: jars.JarPlan) -> No
         *(started.get("spark.jars") or "").split(","),
         *(started.get("spark.driver.extraClassPath") or "").split(os.pathsep),
     ]
-    paths = [urlparse(j).path if "://" in j else j for j in listed if j.strip()]
-    lacking = jars.missing(plan.packages[1:], paths)
+    # jars.missing reads file names only: URIs and paths alike.
+    lacking = jars.missing(plan.packages[1:], [j for j in listed if j.strip()])
     if lacking:
         warnings.warn(
             f"the Spark session already running in this process has no {', '.join(lacking)}"
