@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 from pyspark.sql import functions as F
 
@@ -152,7 +153,18 @@ def out_of_range(
     row groups whose statistics hold no such value are skipped, a database counts in its
     WHERE. None when the column is not a top-level source column (e.g. inside a Debezium
     image)."""
-    return _scan(source, column, start, clock, zone)[0]
+    return _scan(source, column, zone, (start, clock)).outside
+
+
+class Probed(NamedTuple):
+    """What the probe's scan of the source found (``out_of_range_and_high_water``): the
+    rows no window reaches, the high-water mark of the probe part and, where the scan
+    counted them, the rows whose watermark is null (None: not counted by the scan; the
+    source counts them itself, ``Source.count_nulls``)."""
+
+    outside: OutOfRange | None
+    high_water: WatermarkValue | None
+    nulls: int | None = None
 
 
 def out_of_range_and_high_water(
@@ -163,48 +175,81 @@ def out_of_range_and_high_water(
     zone: str,
     part: Part,
     kind: WatermarkKind,
-) -> tuple[OutOfRange | None, WatermarkValue | None]:
+) -> Probed:
     """``out_of_range`` and the high-water mark of ``part`` (``Source.high_water``, a
     probe part without a tie-break) in one filtered aggregation: one Spark job where there
     were two, each of which planned the source (its files, their statistics) anew. The
     scan reads the rows of either: the same files as the high-water mark alone when no
     row is out of range. A database answers each in a query of its own (a COUNT and a MAX
-    in its WHERE), cheaper than one scan that would fetch rows into Spark."""
+    in its WHERE), cheaper than one scan that would fetch rows into Spark.
+
+    Where only a scan can count the rows whose ``column`` is null (a folder of files: the
+    same scan of every file that ``Source.count_nulls`` makes, Parquet row groups without
+    a null skipped alike), the scan counts them too (``Probed.nulls``): one job where
+    there were two. A source that knows them without a scan (a Delta log's statistics)
+    or counts them in its database is left to ``count_nulls``."""
     if source.remote or column not in source.schema.fieldNames():
-        return out_of_range(source, column, start, clock, zone), source.high_water(part, kind)
-    return _scan(source, column, start, clock, zone, (part, kind))
+        outside = out_of_range(source, column, start, clock, zone)
+        return Probed(outside, source.high_water(part, kind))
+    nulls = source.known_nulls(column) is None
+    return _scan(source, column, zone, (start, clock), (part, kind), nulls=nulls)
+
+
+def high_water_and_nulls(
+    source: Source, column: str, zone: str, part: Part, kind: WatermarkKind
+) -> Probed:
+    """The high-water mark of ``part`` (an id or version watermark: no rows out of range)
+    and, where only a scan can count them, the rows whose ``column`` is null, in one
+    scan, as ``out_of_range_and_high_water``."""
+    if source.remote or column not in source.schema.fieldNames():
+        return Probed(None, source.high_water(part, kind))
+    nulls = source.known_nulls(column) is None
+    return _scan(source, column, zone, None, (part, kind), nulls=nulls)
 
 
 def _scan(
     source: Source,
     column: str,
-    start: datetime,
-    clock: datetime,
     zone: str,
+    in_range: tuple[datetime, datetime] | None,
     high_water: tuple[Part, WatermarkKind] | None = None,
-) -> tuple[OutOfRange | None, WatermarkValue | None]:
+    nulls: bool = False,
+) -> Probed:
+    """One aggregation over the source's rows: with ``in_range`` (the table's start and the
+    source clock) the rows outside it, with ``high_water`` the highest value in its part,
+    with ``nulls`` the rows whose ``column`` is null."""
     types = {f.name: f.dataType for f in source.schema.fields}
     if column not in types:
-        return None, None
-    horizon = clock + FUTURE_TOLERANCE
-    parts = [(Range(column, None, False, start, False),), (Range(column, horizon, False),)]
+        return Probed(None, None)
+    parts: list[Part] = []
+    if in_range is not None:
+        start, clock = in_range
+        horizon = clock + FUTURE_TOLERANCE
+        parts += [(Range(column, None, False, start, False),), (Range(column, horizon, False),)]
     if high_water is not None:
         parts.append(high_water[0])
     value = F.col(quote(column))
+    source_filter = predicates.to_source_filter(parts, types, zone)
+    row_filter = predicates.to_filter(parts)
+    if nulls:
+        # A null watermark lies in no part: its rows are taken as well, to be counted.
+        source_filter, row_filter = source_filter | value.isNull(), row_filter | value.isNull()
     rows = (
         source.read(predicates.to_source_ranges(parts, types, zone))
         .select(value)
-        .filter(predicates.to_source_filter(parts, types, zone))
+        .filter(source_filter)
         .transform(to_utc_instants(zone))
-        .filter(predicates.to_filter(parts))
+        .filter(row_filter)
     )
-    early, late = value < predicates.instant(start), value > predicates.instant(horizon)
-    aggregates = [
-        F.sum(early.cast("int")).alias("before"),
-        F.sum(late.cast("int")).alias("after"),
-        F.min(F.when(early, F.unix_micros(value))).alias("earliest"),
-        F.max(F.when(late, F.unix_micros(value))).alias("latest"),
-    ]
+    aggregates = []
+    if in_range is not None:
+        early, late = value < predicates.instant(start), value > predicates.instant(horizon)
+        aggregates += [
+            F.sum(early.cast("int")).alias("before"),
+            F.sum(late.cast("int")).alias("after"),
+            F.min(F.when(early, F.unix_micros(value))).alias("earliest"),
+            F.max(F.when(late, F.unix_micros(value))).alias("latest"),
+        ]
     if high_water is not None:
         part, kind = high_water
         # As Source.high_water: microseconds for times (PySpark would turn timestamps into
@@ -212,17 +257,22 @@ def _scan(
         mark = F.unix_micros(value) if kind in ("timestamp", "hybrid") else value
         in_part = predicates.to_filter([part])
         aggregates.append(F.max(F.when(in_part, mark)).alias("hw"))
+    if nulls:
+        aggregates.append(F.sum(value.isNull().cast("int")).alias("nulls"))
     found = aggregated(rows, *aggregates, one_job=not source.reads_deletion_vectors)
-    outside = OutOfRange(
-        int(found["before"] or 0),
-        int(found["after"] or 0),
-        start,
-        _instant(found["earliest"]),
-        _instant(found["latest"]),
-    )
+    outside = None
+    if in_range is not None:
+        outside = OutOfRange(
+            int(found["before"] or 0),
+            int(found["after"] or 0),
+            in_range[0],
+            _instant(found["earliest"]),
+            _instant(found["latest"]),
+        )
+    counted = int(found["nulls"] or 0) if nulls else None
     if high_water is None or found["hw"] is None:
-        return outside, None
-    return outside, from_transaction_version(int(found["hw"]), high_water[1])
+        return Probed(outside, None, counted)
+    return Probed(outside, from_transaction_version(int(found["hw"]), high_water[1]), counted)
 
 
 def _instant(micros: int | None) -> datetime | None:

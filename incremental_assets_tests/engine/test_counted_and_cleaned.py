@@ -14,13 +14,16 @@ from incremental_assets.dagster_layer.checks import WATERMARK_IN_RANGE, check_sp
 from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.checks import watermark_in_range
 from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.guards import out_of_range, out_of_range_and_high_water
 from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.sources import source_class
 from incremental_assets_tests.builders import (
+    ParquetFolder,
     at,
     day_request,
     make_spec,
+    order_rows,
     staging_left,
     target_rows,
 )
@@ -91,10 +94,42 @@ def test_one_scan_finds_the_high_water_mark_and_the_rows_out_of_range_as_two_wou
         )
 
         alone = out_of_range(source, "updated_at", start, clock, "UTC")
-        assert together == (alone, source.high_water(part, "timestamp"))
-        assert together[1] == high
-        assert together[0] is not None
-        assert (together[0].before_start, together[0].in_future) == (1, 1)
+        assert together[:2] == (alone, source.high_water(part, "timestamp"))
+        assert together.high_water == high
+        assert together.outside is not None
+        assert (together.outside.before_start, together.outside.in_future) == (1, 1)
+        # A Delta source's log statistics count its null watermarks: the scan does not.
+        assert together.nulls is None
+
+
+def test_the_probes_scan_of_a_folder_counts_its_null_watermarks_as_count_nulls_would(
+    spark, tmp_path, monkeypatch
+):
+    # A folder's null watermarks are known only from a scan: the probe's one scan counts
+    # them, so the run refuses them (test_bad_sources_and_schemas.py) without a second job.
+    folder = ParquetFolder(tmp_path / "files")
+    folder.drop(order_rows([(1, "x", 1.0, at(1, 1)), (2, "x", 2.0, None), (3, "x", 3.0, None)]))
+    folder.drop(order_rows([(4, "x", 4.0, at(2, 5)), (5, "x", 5.0, FAR_FUTURE)]))
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    source = source_class("orders", spec.source).open(spark, "orders", spec.source, {})
+    part = (Range("updated_at", at(1), False, at(3), False),)
+    start, clock = spec.partitioning.start, at(4)
+    assert source.count_nulls("updated_at") == 2
+    calls: list[str] = []
+    monkeypatch.setattr(type(source), "count_nulls", lambda self, c: calls.append(c) or 0)
+
+    probed = out_of_range_and_high_water(
+        source, "updated_at", start, clock, "UTC", part, "timestamp"
+    )
+
+    assert probed.nulls == 2
+    assert probed.high_water == at(2, 5)
+    assert probed.outside is not None
+    assert (probed.outside.before_start, probed.outside.in_future) == (0, 1)
+    with pytest.raises(NullValuesError) as refused:
+        run_load(spark, spec, DeltaTarget("orders", str(tmp_path / "target")), day_request(2))
+    assert refused.value.counts == {"updated_at": 2}
+    assert calls == []
 
 
 def test_a_failed_run_leaves_no_staging_folder(spark, orders_source, target, tmp_path):

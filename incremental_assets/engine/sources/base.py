@@ -158,7 +158,16 @@ class Source(ABC):
 
     def count_nulls(self, column: str) -> int:
         """Rows whose ``column`` is null (Parquet answers from row-group statistics)."""
+        known = self.known_nulls(column)
+        if known is not None:
+            return known
         return self.read().filter(F.col(quote(column)).isNull()).count()
+
+    def known_nulls(self, column: str) -> int | None:
+        """Rows whose ``column`` is null where the source knows them without a scan (a
+        Delta log's statistics); None when only a scan can tell, which the probe's own
+        scan then makes (``guards.out_of_range_and_high_water``)."""
+        return None
 
     def clock(self) -> datetime:
         """The source's current time, against which settle lag and lag are measured."""

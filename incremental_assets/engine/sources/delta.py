@@ -142,7 +142,7 @@ class DeltaSource(Source):
                 return str(f.metadata.get("delta.columnMapping.physicalName", column))
         return column
 
-    def count_nulls(self, column: str) -> int:
+    def known_nulls(self, column: str) -> int | None:
         counts = (
             self._files.column(f"null_count.{column}").to_pylist()
             if (f"null_count.{column}" in self._files.column_names)
@@ -150,7 +150,7 @@ class DeltaSource(Source):
         )
         if self._stats_exact and self._files.num_rows and all(c is not None for c in counts):
             return int(sum(counts))
-        return super().count_nulls(column)
+        return None
 
     def describe(self) -> str:
         name = f"{self.spec.table} at {self.spec.path}" if self.spec.table else self.spec.path

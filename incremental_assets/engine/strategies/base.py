@@ -28,6 +28,7 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import (
     GuardReport,
     OutOfRange,
+    high_water_and_nulls,
     out_of_range,
     out_of_range_and_high_water,
 )
@@ -115,24 +116,30 @@ class Strategy:
             clock,
             partition_high_water=last_load_time(state, "partition_high_water"),
         )
-        fail_on_unordered_rows(spec, source)
         watermark = spec.watermark
         part = None
         if window.incremental:
             part = predicates.probe_part(window, watermark.column, watermark.tiebreak)
+        start, zone = spec.partitioning.start, spec.source.timezone
+        if watermark.tiebreak is None and part is not None:
+            # One scan: the high-water mark, (time watermarks) the rows out of range and
+            # (where only a scan can tell) the rows with a null watermark, refused before
+            # a row is staged.
+            column, kind = watermark.column, watermark.kind
+            if watermark.is_time:
+                probed = out_of_range_and_high_water(source, column, start, clock, zone, part, kind)
+            else:
+                probed = high_water_and_nulls(source, column, zone, part, kind)
+            fail_on_unordered_rows(spec, source, probed.nulls)
+            return window.with_high_water(probed.high_water), probed.outside
+        fail_on_unordered_rows(spec, source)
         if not watermark.is_time:
             high = None if part is None else source.high_water(part, watermark.kind)
             return window.with_high_water(high), None
-        start, zone = spec.partitioning.start, spec.source.timezone
         if part is None:
             return window, out_of_range(source, watermark.column, start, clock, zone)
-        if watermark.tiebreak is not None:
-            high = source.high_water(part, watermark.kind, watermark.max_rows)
-            outside = out_of_range(source, watermark.column, start, clock, zone)
-            return window.with_high_water(high), outside
-        outside, high = out_of_range_and_high_water(
-            source, watermark.column, start, clock, zone, part, watermark.kind
-        )
+        high = source.high_water(part, watermark.kind, watermark.max_rows)
+        outside = out_of_range(source, watermark.column, start, clock, zone)
         return window.with_high_water(high), outside
 
     # -- the window's rows -----------------------------------------------------------------

@@ -26,16 +26,17 @@ from incremental_assets.specs import TableSpec
 _NAMED = 5
 
 
-def fail_on_unordered_rows(spec: TableSpec, source: Source) -> None:
+def fail_on_unordered_rows(spec: TableSpec, source: Source, nulls: int | None = None) -> None:
     """Refuse a source holding a row with a null watermark, or (hybrid watermarks) a null
     tie-break, wherever it lies: each source counts them cheaply (statistics, or the
-    database), and the rows are read only to be named.
+    database), and the rows are read only to be named. ``nulls``: the rows with a null
+    watermark as the probe's scan counted them (None: the source counts them).
 
     Raises:
         NullValuesError: naming the column, how many rows, and some of them.
     """
     watermark = spec.watermark
-    count = source.count_nulls(watermark.column)
+    count = source.count_nulls(watermark.column) if nulls is None else nulls
     if count:
         raise NullValuesError(
             spec.name,
