@@ -157,54 +157,49 @@ def out_of_range(
 
 
 class Probed(NamedTuple):
-    """What the probe's scan of the source found (``out_of_range_and_high_water``): the
-    rows no window reaches, the high-water mark of the probe part and, where the scan
-    counted them, the rows whose watermark is null (None: not counted by the scan; the
-    source counts them itself, ``Source.count_nulls``)."""
+    """What the probe's scan of the source found (``probe_source``): the rows no window
+    reaches, the high-water mark of the probe part and, where the scan counted them, the
+    rows whose watermark is null (None: not counted by the scan; the source counts them
+    itself, ``Source.count_nulls``)."""
 
     outside: OutOfRange | None
     high_water: WatermarkValue | None
     nulls: int | None = None
 
 
-def out_of_range_and_high_water(
+def probe_source(
     source: Source,
     column: str,
-    start: datetime,
-    clock: datetime,
     zone: str,
-    part: Part,
-    kind: WatermarkKind,
+    in_range: tuple[datetime, datetime] | None,
+    high_water: tuple[Part, WatermarkKind] | None,
 ) -> Probed:
-    """``out_of_range`` and the high-water mark of ``part`` (``Source.high_water``, a
-    probe part without a tie-break) in one filtered aggregation: one Spark job where there
-    were two, each of which planned the source (its files, their statistics) anew. The
-    scan reads the rows of either: the same files as the high-water mark alone when no
-    row is out of range. A database answers each in a query of its own (a COUNT and a MAX
-    in its WHERE), cheaper than one scan that would fetch rows into Spark.
+    """What a run's probe asks of the source about its watermark ``column``, in one
+    filtered aggregation where there were up to three Spark jobs, each of which planned
+    the source (its files, their statistics) anew:
 
-    Where only a scan can count the rows whose ``column`` is null (a folder of files: the
-    same scan of every file that ``Source.count_nulls`` makes, Parquet row groups without
-    a null skipped alike), the scan counts them too (``Probed.nulls``): one job where
-    there were two. A source that knows them without a scan (a Delta log's statistics)
-    or counts them in its database is left to ``count_nulls``."""
+    - with ``in_range`` (the table's ``partitioning.start`` and the source clock, time
+      watermarks): the rows out of range, as ``out_of_range``;
+    - with ``high_water`` (a probe part without a tie-break, and the watermark's kind):
+      the part's high-water mark, as ``Source.high_water``;
+    - where only a scan can count them (a folder of files; a Delta source whose log
+      statistics do not count live rows: ``Source.known_nulls``), the rows whose
+      ``column`` is null: the scan takes them too (Parquet row groups without a null are
+      skipped, as ``count_nulls`` skips them). Otherwise ``Probed.nulls`` is None and the
+      source counts them itself (``Source.count_nulls``: statistics, or its database).
+
+    The scan reads the rows of each part only: the same files as the high-water mark
+    alone when no row is out of range. A database answers each in a query of its own (a
+    COUNT and a MAX in its WHERE), cheaper than one scan that would fetch rows into Spark.
+    """
     if source.remote or column not in source.schema.fieldNames():
-        outside = out_of_range(source, column, start, clock, zone)
-        return Probed(outside, source.high_water(part, kind))
+        outside = None if in_range is None else out_of_range(source, column, *in_range, zone)
+        high = None if high_water is None else source.high_water(*high_water)
+        return Probed(outside, high)
     nulls = source.known_nulls(column) is None
-    return _scan(source, column, zone, (start, clock), (part, kind), nulls=nulls)
-
-
-def high_water_and_nulls(
-    source: Source, column: str, zone: str, part: Part, kind: WatermarkKind
-) -> Probed:
-    """The high-water mark of ``part`` (an id or version watermark: no rows out of range)
-    and, where only a scan can count them, the rows whose ``column`` is null, in one
-    scan, as ``out_of_range_and_high_water``."""
-    if source.remote or column not in source.schema.fieldNames():
-        return Probed(None, source.high_water(part, kind))
-    nulls = source.known_nulls(column) is None
-    return _scan(source, column, zone, None, (part, kind), nulls=nulls)
+    if in_range is None and high_water is None and not nulls:
+        return Probed(None, None)
+    return _scan(source, column, zone, in_range, high_water, nulls=nulls)
 
 
 def _scan(

@@ -15,7 +15,7 @@ from incremental_assets.engine import IncrementalLoadError, run_load
 from incremental_assets.engine.checks import watermark_in_range
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.errors import NullValuesError
-from incremental_assets.engine.guards import out_of_range, out_of_range_and_high_water
+from incremental_assets.engine.guards import out_of_range, probe_source
 from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.sources import source_class
 from incremental_assets_tests.builders import (
@@ -89,9 +89,7 @@ def test_one_scan_finds_the_high_water_mark_and_the_rows_out_of_range_as_two_wou
     for lower, upper, high in [(at(1), at(3), at(2, 5)), (at(3, 8), at(4), None)]:
         part = (Range("updated_at", lower, False, upper, False),)
 
-        together = out_of_range_and_high_water(
-            source, "updated_at", start, clock, "UTC", part, "timestamp"
-        )
+        together = probe_source(source, "updated_at", "UTC", (start, clock), (part, "timestamp"))
 
         alone = out_of_range(source, "updated_at", start, clock, "UTC")
         assert together[:2] == (alone, source.high_water(part, "timestamp"))
@@ -118,14 +116,15 @@ def test_the_probes_scan_of_a_folder_counts_its_null_watermarks_as_count_nulls_w
     calls: list[str] = []
     monkeypatch.setattr(type(source), "count_nulls", lambda self, c: calls.append(c) or 0)
 
-    probed = out_of_range_and_high_water(
-        source, "updated_at", start, clock, "UTC", part, "timestamp"
-    )
+    probed = probe_source(source, "updated_at", "UTC", (start, clock), (part, "timestamp"))
 
     assert probed.nulls == 2
     assert probed.high_water == at(2, 5)
     assert probed.outside is not None
     assert (probed.outside.before_start, probed.outside.in_future) == (0, 1)
+    # A backfill's probe (no incremental part), a time watermark's or an id's, too.
+    assert probe_source(source, "updated_at", "UTC", (start, clock), None)[1:] == (None, 2)
+    assert probe_source(source, "updated_at", "UTC", None, None) == (None, None, 2)
     with pytest.raises(NullValuesError) as refused:
         run_load(spark, spec, DeltaTarget("orders", str(tmp_path / "target")), day_request(2))
     assert refused.value.counts == {"updated_at": 2}

@@ -166,7 +166,7 @@ class Source(ABC):
     def known_nulls(self, column: str) -> int | None:
         """Rows whose ``column`` is null where the source knows them without a scan (a
         Delta log's statistics); None when only a scan can tell, which the probe's own
-        scan then makes (``guards.out_of_range_and_high_water``)."""
+        scan then makes (``guards.probe_source``)."""
         return None
 
     def clock(self) -> datetime:

@@ -28,9 +28,8 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import (
     GuardReport,
     OutOfRange,
-    high_water_and_nulls,
     out_of_range,
-    out_of_range_and_high_water,
+    probe_source,
 )
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
@@ -117,25 +116,28 @@ class Strategy:
             partition_high_water=last_load_time(state, "partition_high_water"),
         )
         watermark = spec.watermark
+        start, zone = spec.partitioning.start, spec.source.timezone
         part = None
         if window.incremental:
             part = predicates.probe_part(window, watermark.column, watermark.tiebreak)
-        start, zone = spec.partitioning.start, spec.source.timezone
-        if watermark.tiebreak is None and part is not None:
+        if watermark.tiebreak is None:
             # One scan: the high-water mark, (time watermarks) the rows out of range and
             # (where only a scan can tell) the rows with a null watermark, refused before
             # a row is staged.
-            column, kind = watermark.column, watermark.kind
-            if watermark.is_time:
-                probed = out_of_range_and_high_water(source, column, start, clock, zone, part, kind)
-            else:
-                probed = high_water_and_nulls(source, column, zone, part, kind)
+            probed = probe_source(
+                source,
+                watermark.column,
+                zone,
+                (start, clock) if watermark.is_time else None,
+                None if part is None else (part, watermark.kind),
+            )
             fail_on_unordered_rows(spec, source, probed.nulls)
-            return window.with_high_water(probed.high_water), probed.outside
+            if part is not None:
+                window = window.with_high_water(probed.high_water)
+            return window, probed.outside
+        # A hybrid watermark: the high-water mark ends after ``max_rows`` rows in (time,
+        # id) order, a query of its own.
         fail_on_unordered_rows(spec, source)
-        if not watermark.is_time:
-            high = None if part is None else source.high_water(part, watermark.kind)
-            return window.with_high_water(high), None
         if part is None:
             return window, out_of_range(source, watermark.column, start, clock, zone)
         high = source.high_water(part, watermark.kind, watermark.max_rows)
