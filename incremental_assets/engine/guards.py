@@ -158,9 +158,9 @@ def out_of_range(
 
 class Probed(NamedTuple):
     """What the probe's scan of the source found (``probe_source``): the rows no window
-    reaches, the high-water mark of the probe part and, where the scan counted them, the
-    rows whose watermark is null (None: not counted by the scan; the source counts them
-    itself, ``Source.count_nulls``)."""
+    reaches, the high-water mark of the probe part and the rows whose watermark is null,
+    as the scan counted them or the source's statistics knew them (None: a database
+    source, which counts them in a query of its own, ``Source.count_nulls``)."""
 
     outside: OutOfRange | None
     high_water: WatermarkValue | None
@@ -185,8 +185,10 @@ def probe_source(
     - where only a scan can count them (a folder of files; a Delta source whose log
       statistics do not count live rows: ``Source.known_nulls``), the rows whose
       ``column`` is null: the scan takes them too (Parquet row groups without a null are
-      skipped, as ``count_nulls`` skips them). Otherwise ``Probed.nulls`` is None and the
-      source counts them itself (``Source.count_nulls``: statistics, or its database).
+      skipped, as ``count_nulls`` skips them); where the source knows them without a scan
+      (a Delta log's exact statistics), that count, read once. A database source
+      (``remote``) leaves ``Probed.nulls`` None and counts them in its own query
+      (``Source.count_nulls``).
 
     The scan reads the rows of each part only: the same files as the high-water mark
     alone when no row is out of range. A database answers each in a query of its own (a
@@ -196,10 +198,11 @@ def probe_source(
         outside = None if in_range is None else out_of_range(source, column, *in_range, zone)
         high = None if high_water is None else source.high_water(*high_water)
         return Probed(outside, high)
-    nulls = source.known_nulls(column) is None
-    if in_range is None and high_water is None and not nulls:
-        return Probed(None, None)
-    return _scan(source, column, zone, in_range, high_water, nulls=nulls)
+    known = source.known_nulls(column)
+    if in_range is None and high_water is None and known is not None:
+        return Probed(None, None, known)
+    probed = _scan(source, column, zone, in_range, high_water, nulls=known is None)
+    return probed if known is None else probed._replace(nulls=known)
 
 
 def _scan(

@@ -96,8 +96,9 @@ def test_one_scan_finds_the_high_water_mark_and_the_rows_out_of_range_as_two_wou
         assert together.high_water == high
         assert together.outside is not None
         assert (together.outside.before_start, together.outside.in_future) == (1, 1)
-        # A Delta source's log statistics count its null watermarks: the scan does not.
-        assert together.nulls is None
+        # A Delta source's log statistics count its null watermarks: the scan does not,
+        # and the run takes the count from the probe rather than reading them again.
+        assert together.nulls == source.known_nulls("updated_at") == 0
 
 
 def test_the_probes_scan_of_a_folder_counts_its_null_watermarks_as_count_nulls_would(
