@@ -3,12 +3,17 @@ rows share one timestamp."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake.store import app_id
+from incremental_assets.engine.errors import NullValuesError
+from incremental_assets.engine.sources import source_class
 from incremental_assets_tests.builders import ParquetFolder, at, load, make_spec
 
 ROWS = pa.schema([("id", pa.int64()), ("v", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))])
@@ -95,3 +100,39 @@ def test_hybrid_cursor_is_committed_with_both_parts_in_one_commit(spark, tmp_pat
     record = delta_commits.parse(table.history(1)[0])
     assert record["cursor_after"] == "2026-01-01T12:00:00Z|10"
     assert target.state("hybrid").cursor == result.cursor_after == (at(1, 12), 10)
+
+
+def test_the_out_of_range_scan_counts_a_folders_null_watermarks_and_the_run_refuses_them(
+    spark, tmp_path, monkeypatch
+):
+    # A folder's null watermarks are known only from a scan: a hybrid watermark's run counts
+    # them in the scan that counts its rows out of range, not in a Spark job of their own.
+    # Its tie-break's nulls are still counted apart.
+    folder = ParquetFolder(tmp_path / "src")
+    folder.drop(batch(range(1, 4), at(1, 12)))
+    folder.drop(batch([4], datetime(2025, 12, 1, tzinfo=timezone.utc)))  # before the start
+    spec = hybrid_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    counted: list[str] = []
+    source = source_class("t", spec.source)
+    count_nulls = source.count_nulls
+    monkeypatch.setattr(
+        source,
+        "count_nulls",
+        lambda self, column: counted.append(column) or count_nulls(self, column),
+    )
+
+    first = load(spark, spec, target, 1)
+
+    assert first.out_of_range is not None and first.out_of_range.before_start == 1
+    assert first.rows_inserted == 3 and counted == ["id"]
+    version = DeltaTable(target.path).version()
+    folder.drop(batch([5, 6], None))
+
+    with pytest.raises(NullValuesError) as refused:
+        load(spark, spec, target, 1)
+
+    assert refused.value.counts == {"ts": 2}
+    assert counted == ["id"]  # the second run's nulls came from its scan
+    assert DeltaTable(target.path).version() == version
+    assert loaded_ids(target) == [1, 2, 3]

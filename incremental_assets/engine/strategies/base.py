@@ -28,7 +28,6 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import (
     GuardReport,
     OutOfRange,
-    out_of_range,
     probe_source,
 )
 from incremental_assets.engine.snapshots import CHANGE
@@ -135,14 +134,15 @@ class Strategy:
             if part is not None:
                 window = window.with_high_water(probed.high_water)
             return window, probed.outside
-        # A hybrid watermark: the high-water mark ends after ``max_rows`` rows in (time,
-        # id) order, a query of its own.
-        fail_on_unordered_rows(spec, source)
+        # A hybrid watermark: the rows out of range and (where only a scan can tell) the
+        # null watermarks in one scan; the high-water mark ends after ``max_rows`` rows in
+        # (time, id) order, a query of its own.
+        probed = probe_source(source, watermark.column, zone, (start, clock), None)
+        fail_on_unordered_rows(spec, source, probed.nulls)
         if part is None:
-            return window, out_of_range(source, watermark.column, start, clock, zone)
+            return window, probed.outside
         high = source.high_water(part, watermark.kind, watermark.max_rows)
-        outside = out_of_range(source, watermark.column, start, clock, zone)
-        return window.with_high_water(high), outside
+        return window.with_high_water(high), probed.outside
 
     # -- the window's rows -----------------------------------------------------------------
 
