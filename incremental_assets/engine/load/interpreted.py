@@ -6,9 +6,10 @@ they run hot. On the thousands of rows of a small run that costs more than it sa
 day of the demo's ``orders`` (47 changed rows into a 1,000-row table, 23 Spark jobs),
 measured here: in one warm process, runs alternating, a median step of 4.5 s
 interpreted against 5.1 s (6 pairs of 7 faster); a whole ``dagster asset materialize``
-in a fresh process, 28.7 s against 31.7 s. On large scans generated code wins: a filter
-and aggregate of 1M rows (76 MB) took 0.75 s with it and 1.0-1.1 s without; of 4M rows
-(305 MB), 1.2 s against 2.9 s.
+in a fresh process, 28.7 s against 31.7 s. On more rows generated code wins, the more so
+where a run hashes and merges them: a filter and aggregate of 1M rows (76 MB) took 0.75 s
+with it and 1.0-1.1 s without; an upsert of 50,000 rows into 1M (60 MiB of files) 5.0 s
+against 9.5 s.
 
 So a run whose source and target files total at most ``BELOW`` bytes runs interpreted
 from its probe's first read of the source to its end (a landing run: its new files and
@@ -36,9 +37,11 @@ SETTINGS = {
     WHOLE_STAGE: "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
-# At most this many bytes of source and target files: interpreted (see above: about where
-# a scan's extra time interpreted meets what compiling a small run's queries costs).
-BELOW = 64 * 1024 * 1024
+# At most this many bytes of source and target files: interpreted (see above). Measured
+# on upserts of 10% of a table (benchmarks/incremental_vs_full.py, both ways, twice): at
+# about 2 and 4 MiB of files level, at 7.5 MiB 0.8 s slower interpreted, at 60 MiB 4.5 s
+# (9.5 s against 5.0 s, the engine's reload of the same table 14 s against 7 s).
+BELOW = 4 * 1024 * 1024
 
 
 def is_small(source_bytes: int | None, target_bytes: Callable[[], int]) -> bool:
