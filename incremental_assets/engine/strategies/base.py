@@ -119,29 +119,25 @@ class Strategy:
         part = None
         if window.incremental:
             part = predicates.probe_part(window, watermark.column, watermark.tiebreak)
-        if watermark.tiebreak is None:
-            # One scan: the high-water mark, (time watermarks) the rows out of range and
-            # (where only a scan can tell) the rows with a null watermark, refused before
-            # a row is staged.
-            probed = probe_source(
-                source,
-                watermark.column,
-                zone,
-                (start, clock) if watermark.is_time else None,
-                None if part is None else (part, watermark.kind),
-            )
-            fail_on_unordered_rows(spec, source, probed.nulls)
-            if part is not None:
-                window = window.with_high_water(probed.high_water)
-            return window, probed.outside
-        # A hybrid watermark: the rows out of range and (where only a scan can tell) the
-        # null watermarks in one scan; the high-water mark ends after ``max_rows`` rows in
+        # One scan: (time watermarks) the rows out of range, (where only a scan can tell)
+        # the rows with a null watermark, refused before a row is staged, and the
+        # high-water mark, but a hybrid watermark's: it ends after ``max_rows`` rows in
         # (time, id) order, a query of its own.
-        probed = probe_source(source, watermark.column, zone, (start, clock), None)
+        hybrid = watermark.tiebreak is not None
+        probed = probe_source(
+            source,
+            watermark.column,
+            zone,
+            (start, clock) if watermark.is_time else None,
+            None if part is None or hybrid else (part, watermark.kind),
+        )
         fail_on_unordered_rows(spec, source, probed.nulls)
         if part is None:
             return window, probed.outside
-        high = source.high_water(part, watermark.kind, watermark.max_rows)
+        if hybrid:
+            high = source.high_water(part, watermark.kind, watermark.max_rows)
+        else:
+            high = probed.high_water
         return window.with_high_water(high), probed.outside
 
     # -- the window's rows -----------------------------------------------------------------
