@@ -191,8 +191,10 @@ def probe_source(
       (``Source.count_nulls``).
 
     The scan reads the rows of each part only: the same files as the high-water mark
-    alone when no row is out of range. A database answers each in a query of its own (a
-    COUNT and a MAX in its WHERE), cheaper than one scan that would fetch rows into Spark.
+    alone when no row is out of range; for the high-water mark, where the source's
+    statistics bound its highest value, the rows at or above that bound (``narrowed``).
+    A database answers each in a query of its own (a COUNT and a MAX in its WHERE),
+    cheaper than one scan that would fetch rows into Spark.
     """
     if source.remote or column not in source.schema.fieldNames():
         outside = None if in_range is None else out_of_range(source, column, *in_range, zone)
@@ -201,8 +203,33 @@ def probe_source(
     known = source.known_nulls(column)
     if in_range is None and high_water is None and known is not None:
         return Probed(None, None, known)
+    if high_water is not None:
+        high_water = (narrowed(source, high_water[0]), high_water[1])
     probed = _scan(source, column, zone, in_range, high_water, nulls=known is None)
     return probed if known is None else probed._replace(nulls=known)
+
+
+def narrowed(source: Source, part: Part) -> Part:
+    """The probe ``part`` (one range on the watermark column) cut to the rows at or above
+    the lowest value the source's highest can be (``Source.highest_bounds``: a Delta log's
+    maximum statistics), so the scan for its high-water mark reads the files and row
+    groups that may hold that value, not all the part's (a reload's probe read every file
+    of the source). The same mark: when the part holds a row, it holds the source's
+    highest, which lies in those bounds. Kept whole where that does not hold: an upper
+    bound (the window's cap) not above the bounds, or a tie-break."""
+    if len(part) != 1 or part[0].tiebreak is not None:
+        return part
+    (probe,) = part
+    bounds = source.highest_bounds(probe.column)
+    if bounds is None:
+        return part
+    low, high = bounds
+    try:
+        if probe.upper is not None and not probe.upper > high:
+            return part
+    except TypeError:
+        return part  # statistics of another type than the bound
+    return (*part, Range(probe.column, low, True))
 
 
 def _scan(

@@ -12,7 +12,7 @@ import os
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import unquote
 
@@ -117,6 +117,36 @@ def holds_above(table: DeltaTable | None, column: str, value: object) -> bool:
     except Exception:
         # Statistics of another type, or past what Python's types hold: not known.
         return True
+
+
+def highest_bounds(actions: pa.Table, column: str) -> tuple[object, object] | None:
+    """Bounds (low, high) between which the highest value of ``column`` in the files
+    ``actions`` lists lies, by their maximum statistics: a timestamp's widened by
+    ``_STATS_SLACK`` either way (kept to the millisecond); None when a file with a value in
+    ``column`` has no maximum, or the statistics hold no value at all. Only for statistics
+    that count live rows (no deletion vectors) and name the column as it is (no column
+    mapping): the caller judges that."""
+    name, nulls = f"max.{column}", f"null_count.{column}"
+    if not actions.num_rows or name not in actions.column_names:
+        return None
+    if nulls not in actions.column_names or "num_records" not in actions.column_names:
+        return None
+    highs = actions.column(name).to_pylist()
+    counts = actions.column(nulls).to_pylist()
+    records = actions.column("num_records").to_pylist()
+    known = []
+    for high, null_rows, rows in zip(highs, counts, records, strict=True):
+        if high is not None:
+            known.append(high)
+        elif null_rows is None or rows is None or null_rows != rows:
+            return None  # a file with values but no maximum: nothing is known
+    if not known:
+        return None
+    top = max(known)
+    if isinstance(top, datetime):
+        top = top.astimezone(timezone.utc)
+        return top - _STATS_SLACK, top + _STATS_SLACK
+    return top, top
 
 
 def above_bound(cursor: object) -> tuple[object, bool]:

@@ -169,6 +169,12 @@ class Source(ABC):
         scan then makes (``guards.probe_source``)."""
         return None
 
+    def highest_bounds(self, column: str) -> tuple[object, object] | None:
+        """Bounds (low, high) between which the source's highest value of ``column`` lies,
+        known without a scan (a Delta log's statistics), or None. The probe reads only the
+        rows at or above ``low`` for the high-water mark (``guards.probe_source``)."""
+        return None
+
     def clock(self) -> datetime:
         """The source's current time, against which settle lag and lag are measured."""
         return datetime.now(timezone.utc)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StructType,
+    TimestampType,
+)
 
 from incremental_assets.engine.delta_lake import catalog
 from incremental_assets.engine.delta_lake import io as delta_io
@@ -18,6 +25,9 @@ from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.specs import SourceSpec
 from incremental_assets.specs.identifiers import catalog_key
+
+# Types whose maximum statistics are exact (timestamps: to the millisecond).
+_BOUNDED_TYPES = (TimestampType, LongType, IntegerType, ShortType, ByteType)
 
 
 class DeltaSource(Source):
@@ -151,6 +161,16 @@ class DeltaSource(Source):
         if self._stats_exact and self._files.num_rows and all(c is not None for c in counts):
             return int(sum(counts))
         return None
+
+    def highest_bounds(self, column: str) -> tuple[object, object] | None:
+        """From the log's statistics where they count live rows by the column's own name
+        (no deletion vectors, no column mapping), for an integer or a timestamp with a
+        zone (a wall-clock timestamp's statistics lie in another value space than the
+        probe's bounds)."""
+        types = {f.name: f.dataType for f in self._schema.fields}
+        if not self._stats_exact or not isinstance(types.get(column), _BOUNDED_TYPES):
+            return None
+        return delta_io.highest_bounds(self._files, column)
 
     def describe(self) -> str:
         name = f"{self.spec.table} at {self.spec.path}" if self.spec.table else self.spec.path

@@ -3,9 +3,16 @@ mapping (any Databricks table after a rename) and deletion vectors are honoured.
 
 from __future__ import annotations
 
+import os
+from datetime import datetime, timedelta
+
+import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.engine import DeltaTarget, run_load
+from incremental_assets.engine.guards import probe_source
+from incremental_assets.engine.predicates import Range
+from incremental_assets.engine.sources.delta import DeltaSource
 from incremental_assets_tests.builders import at, day_request, make_spec, order_rows, target_rows
 
 
@@ -110,3 +117,64 @@ def test_a_snapshot_sees_a_row_deleted_through_a_deletion_vector_as_vanished(spa
 
     assert second.changes == {"insert": 0, "change": 0, "vanish": 1}
     assert target_rows(target, ("id", "name")) == [(1, "pen"), (3, "pad")]
+
+
+def _three_files_by_hour(source: str) -> list[dict]:
+    """Three appends of rising ``updated_at``, the last one's highest value inside a
+    millisecond (Delta's statistics keep it to the millisecond); their add actions."""
+    top = at(1, 5) + timedelta(microseconds=999_999)
+    for rows in (
+        [(1, "new", 1.0, at(1, 1)), (2, "new", 2.0, at(1, 2))],
+        [(3, "new", 3.0, at(1, 3))],
+        [(4, "new", 4.0, at(1, 4)), (5, "new", 5.0, top)],
+    ):
+        write_deltalake(source, order_rows(rows), mode="append")
+    return pa.table(DeltaTable(source).get_add_actions(flatten=True)).to_pylist()
+
+
+def _probe_high_water(spark, source: str, cap: datetime | None) -> object:
+    spec = make_spec(source)
+    opened = DeltaSource.open(spark, "orders", spec.source, {})
+    part = (Range("updated_at", None, False, cap, False),)
+    probed = probe_source(opened, "updated_at", "UTC", (at(1), at(2)), (part, "timestamp"))
+    return probed.high_water
+
+
+def test_the_probe_reads_only_the_files_whose_statistics_may_hold_the_highest_mark(spark, tmp_path):
+    source = str(tmp_path / "source")
+    files = _three_files_by_hour(source)
+    last = max(files, key=lambda f: f["max.updated_at"])
+    # Gone from disk, still in the log: a scan that opened them would fail.
+    for add in files:
+        if add is not last:
+            os.remove(os.path.join(source, add["path"]))
+
+    high = _probe_high_water(spark, source, cap=at(2))
+
+    assert high == at(1, 5) + timedelta(microseconds=999_999)  # exact, below the statistics
+
+
+def test_a_cap_below_the_statistics_highest_value_keeps_the_probe_on_every_file(spark, tmp_path):
+    source = str(tmp_path / "source")
+    _three_files_by_hour(source)
+
+    # The cap lies under the last file's highest value: its highest row below the cap is
+    # the mark, which a scan from the statistics' bound would miss.
+    assert _probe_high_water(spark, source, cap=at(1, 4, 30)) == at(1, 4)
+    assert _probe_high_water(spark, source, cap=None) == at(1, 5) + timedelta(microseconds=999_999)
+
+
+def test_statistics_that_count_deleted_rows_bound_no_highest_value(spark, tmp_path):
+    source = str(tmp_path / "source")
+    _three_files_by_hour(source)
+    spec = make_spec(source)
+    assert DeltaSource.open(spark, "orders", spec.source, {}).highest_bounds("updated_at")
+    spark.sql(
+        f"ALTER TABLE delta.`{source}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)"
+    )
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE order_id = 5")
+
+    reopened = DeltaSource.open(spark, "orders", spec.source, {})
+
+    assert reopened.highest_bounds("updated_at") is None
+    assert _probe_high_water(spark, source, cap=None) == at(1, 4)
