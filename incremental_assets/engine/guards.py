@@ -158,13 +158,15 @@ def out_of_range(
 
 class Probed(NamedTuple):
     """What the probe's scan of the source found (``probe_source``): the rows no window
-    reaches, the high-water mark of the probe part and the rows whose watermark is null,
-    as the scan counted them or the source's statistics knew them (None: a database
-    source, which counts them in a query of its own, ``Source.count_nulls``)."""
+    reaches, the high-water mark of the probe part and the rows whose watermark (and a
+    hybrid watermark's tie-break) is null, as the scan counted them or the source's
+    statistics knew them (None: a database source, which counts them in a query of its
+    own, ``Source.count_nulls``, or no tie-break asked for)."""
 
     outside: OutOfRange | None
     high_water: WatermarkValue | None
     nulls: int | None = None
+    tiebreak_nulls: int | None = None
 
 
 def probe_source(
@@ -173,6 +175,7 @@ def probe_source(
     zone: str,
     in_range: tuple[datetime, datetime] | None,
     high_water: tuple[Part, WatermarkKind] | None,
+    tiebreak: str | None = None,
 ) -> Probed:
     """What a run's probe asks of the source about its watermark ``column``, in one
     filtered aggregation where there were up to three Spark jobs, each of which planned
@@ -188,7 +191,8 @@ def probe_source(
       skipped, as ``count_nulls`` skips them); where the source knows them without a scan
       (a Delta log's exact statistics), that count, read once. A database source
       (``remote``) leaves ``Probed.nulls`` None and counts them in its own query
-      (``Source.count_nulls``).
+      (``Source.count_nulls``). With ``tiebreak`` (a hybrid watermark's id column), the
+      rows whose tie-break is null, the same way (``Probed.tiebreak_nulls``).
 
     The scan reads the rows of each part only: the same files as the high-water mark
     alone when no row is out of range; for the high-water mark, where the source's
@@ -201,12 +205,17 @@ def probe_source(
         high = None if high_water is None else source.high_water(*high_water)
         return Probed(outside, high)
     known = source.known_nulls(column)
-    if in_range is None and high_water is None and known is not None:
-        return Probed(None, None, known)
+    ties = None if tiebreak not in source.schema.fieldNames() else tiebreak
+    known_ties = None if ties is None else source.known_nulls(ties)
+    to_count = ties if ties is not None and known_ties is None else None
+    if in_range is None and high_water is None and known is not None and to_count is None:
+        return Probed(None, None, known, known_ties)
     if high_water is not None:
         high_water = (narrowed(source, high_water[0]), high_water[1])
-    probed = _scan(source, column, zone, in_range, high_water, nulls=known is None)
-    return probed if known is None else probed._replace(nulls=known)
+    probed = _scan(source, column, zone, in_range, high_water, known is None, to_count)
+    if known is not None:
+        probed = probed._replace(nulls=known)
+    return probed if known_ties is None else probed._replace(tiebreak_nulls=known_ties)
 
 
 def narrowed(source: Source, part: Part) -> Part:
@@ -239,10 +248,12 @@ def _scan(
     in_range: tuple[datetime, datetime] | None,
     high_water: tuple[Part, WatermarkKind] | None = None,
     nulls: bool = False,
+    tiebreak: str | None = None,
 ) -> Probed:
     """One aggregation over the source's rows: with ``in_range`` (the table's start and the
     source clock) the rows outside it, with ``high_water`` the highest value in its part,
-    with ``nulls`` the rows whose ``column`` is null."""
+    with ``nulls`` the rows whose ``column`` is null, with ``tiebreak`` the rows whose
+    ``tiebreak`` is null."""
     types = {f.name: f.dataType for f in source.schema.fields}
     if column not in types:
         return Probed(None, None)
@@ -259,9 +270,13 @@ def _scan(
     if nulls:
         # A null watermark lies in no part: its rows are taken as well, to be counted.
         source_filter, row_filter = source_filter | value.isNull(), row_filter | value.isNull()
+    ties = None if tiebreak is None else F.col(quote(tiebreak))
+    if ties is not None:
+        # So does a null tie-break, wherever its row lies.
+        source_filter, row_filter = source_filter | ties.isNull(), row_filter | ties.isNull()
     rows = (
         source.read(predicates.to_source_ranges(parts, types, zone))
-        .select(value)
+        .select(value, *([] if ties is None else [ties]))
         .filter(source_filter)
         .transform(to_utc_instants(zone))
         .filter(row_filter)
@@ -284,6 +299,8 @@ def _scan(
         aggregates.append(F.max(F.when(in_part, mark)).alias("hw"))
     if nulls:
         aggregates.append(F.sum(value.isNull().cast("int")).alias("nulls"))
+    if ties is not None:
+        aggregates.append(F.sum(ties.isNull().cast("int")).alias("ties"))
     found = aggregated(rows, *aggregates, one_job=not source.reads_deletion_vectors)
     outside = None
     if in_range is not None:
@@ -295,9 +312,11 @@ def _scan(
             _instant(found["latest"]),
         )
     counted = int(found["nulls"] or 0) if nulls else None
-    if high_water is None or found["hw"] is None:
-        return Probed(outside, None, counted)
-    return Probed(outside, from_transaction_version(int(found["hw"]), high_water[1]), counted)
+    ties_counted = None if ties is None else int(found["ties"] or 0)
+    high = None
+    if high_water is not None and found["hw"] is not None:
+        high = from_transaction_version(int(found["hw"]), high_water[1])
+    return Probed(outside, high, counted, ties_counted)
 
 
 def _instant(micros: int | None) -> datetime | None:

@@ -105,9 +105,9 @@ def test_hybrid_cursor_is_committed_with_both_parts_in_one_commit(spark, tmp_pat
 def test_the_out_of_range_scan_counts_a_folders_null_watermarks_and_the_run_refuses_them(
     spark, tmp_path, monkeypatch
 ):
-    # A folder's null watermarks are known only from a scan: a hybrid watermark's run counts
-    # them in the scan that counts its rows out of range, not in a Spark job of their own.
-    # Its tie-break's nulls are still counted apart.
+    # A folder's null watermarks and null tie-breaks are known only from a scan: a hybrid
+    # watermark's run counts them in the scan that counts its rows out of range, not in a
+    # Spark job of their own each.
     folder = ParquetFolder(tmp_path / "src")
     folder.drop(batch(range(1, 4), at(1, 12)))
     folder.drop(batch([4], datetime(2025, 12, 1, tzinfo=timezone.utc)))  # before the start
@@ -125,7 +125,7 @@ def test_the_out_of_range_scan_counts_a_folders_null_watermarks_and_the_run_refu
     first = load(spark, spec, target, 1)
 
     assert first.out_of_range is not None and first.out_of_range.before_start == 1
-    assert first.rows_inserted == 3 and counted == ["id"]
+    assert first.rows_inserted == 3 and counted == []
     version = DeltaTable(target.path).version()
     folder.drop(batch([5, 6], None))
 
@@ -133,6 +133,16 @@ def test_the_out_of_range_scan_counts_a_folders_null_watermarks_and_the_run_refu
         load(spark, spec, target, 1)
 
     assert refused.value.counts == {"ts": 2}
-    assert counted == ["id"]  # the second run's nulls came from its scan
     assert DeltaTable(target.path).version() == version
     assert loaded_ids(target) == [1, 2, 3]
+    other = ParquetFolder(tmp_path / "other")
+    other.drop(batch(range(1, 4), at(1, 12)))
+    other.drop(batch([None, None], at(1, 13)))  # rows without a tie-break
+    other_target = DeltaTarget("t", str(tmp_path / "other_target"))
+
+    with pytest.raises(NullValuesError) as refused:
+        load(spark, hybrid_spec(other.path), other_target, 1)
+
+    assert refused.value.counts == {"id": 2}
+    assert not DeltaTable.is_deltatable(other_target.path)  # nothing committed
+    assert counted == []  # every count came from the probe's scan

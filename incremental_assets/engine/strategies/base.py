@@ -120,7 +120,7 @@ class Strategy:
         if window.incremental:
             part = predicates.probe_part(window, watermark.column, watermark.tiebreak)
         # One scan: (time watermarks) the rows out of range, (where only a scan can tell)
-        # the rows with a null watermark, refused before a row is staged, and the
+        # the rows with a null watermark or tie-break, refused before a row is staged, and the
         # high-water mark, but a hybrid watermark's: it ends after ``max_rows`` rows in
         # (time, id) order, a query of its own.
         hybrid = watermark.tiebreak is not None
@@ -130,8 +130,9 @@ class Strategy:
             zone,
             (start, clock) if watermark.is_time else None,
             None if part is None or hybrid else (part, watermark.kind),
+            watermark.tiebreak,
         )
-        fail_on_unordered_rows(spec, source, probed.nulls)
+        fail_on_unordered_rows(spec, source, probed.nulls, probed.tiebreak_nulls)
         if part is None:
             return window, probed.outside
         if hybrid:

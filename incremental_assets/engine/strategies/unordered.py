@@ -26,11 +26,14 @@ from incremental_assets.specs import TableSpec
 _NAMED = 5
 
 
-def fail_on_unordered_rows(spec: TableSpec, source: Source, nulls: int | None = None) -> None:
+def fail_on_unordered_rows(
+    spec: TableSpec, source: Source, nulls: int | None = None, tiebreak_nulls: int | None = None
+) -> None:
     """Refuse a source holding a row with a null watermark, or (hybrid watermarks) a null
     tie-break, wherever it lies: each source counts them cheaply (statistics, or the
-    database), and the rows are read only to be named. ``nulls``: the rows with a null
-    watermark as the probe's scan counted them (None: the source counts them).
+    database), and the rows are read only to be named. ``nulls`` and ``tiebreak_nulls``:
+    the rows with a null watermark and a null tie-break as the probe's scan counted them
+    (None: the source counts them).
 
     Raises:
         NullValuesError: naming the column, how many rows, and some of them.
@@ -47,7 +50,7 @@ def fail_on_unordered_rows(spec: TableSpec, source: Source, nulls: int | None = 
     tiebreak = watermark.tiebreak
     if tiebreak is None:
         return
-    count = source.count_nulls(tiebreak)
+    count = source.count_nulls(tiebreak) if tiebreak_nulls is None else tiebreak_nulls
     if count:
         raise NullValuesError(
             spec.name,
