@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
@@ -210,9 +211,21 @@ def probe_source(
     to_count = ties if ties is not None and known_ties is None else None
     if in_range is None and high_water is None and known is not None and to_count is None:
         return Probed(None, None, known, known_ties)
+    whole = high_water
     if high_water is not None:
         high_water = (narrowed(source, high_water[0]), high_water[1])
     probed = _scan(source, column, zone, in_range, high_water, known is None, to_count)
+    if whole is not None and high_water != whole and probed.high_water is None:
+        # The statistics put the highest row at or above their bound and the scan found
+        # none there: they do not describe the rows Spark reads (a catalog table's row
+        # filter, bounds looser than the protocol's tight ones). The whole part decides.
+        warnings.warn(
+            f"{source.describe()}: the log's maximum statistics of '{column}' hold no row "
+            "Spark reads; its high-water mark came from a scan of every file above the "
+            "cursor",
+            stacklevel=2,
+        )
+        probed = probed._replace(high_water=_scan(source, column, zone, None, whole).high_water)
     if known is not None:
         probed = probed._replace(nulls=known)
     return probed if known_ties is None else probed._replace(tiebreak_nulls=known_ties)
@@ -225,7 +238,8 @@ def narrowed(source: Source, part: Part) -> Part:
     groups that may hold that value, not all the part's (a reload's probe read every file
     of the source). The same mark: when the part holds a row, it holds the source's
     highest, which lies in those bounds. Kept whole where that does not hold: an upper
-    bound (the window's cap) not above the bounds, or a tie-break."""
+    bound (the window's cap) not above the bounds, or a tie-break. Statistics that hold
+    no row Spark reads are caught by ``probe_source``, which scans the whole part then."""
     if len(part) != 1 or part[0].tiebreak is not None:
         return part
     (probe,) = part

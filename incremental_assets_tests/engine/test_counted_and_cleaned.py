@@ -124,8 +124,8 @@ def test_the_probes_scan_of_a_folder_counts_its_null_watermarks_as_count_nulls_w
     assert probed.outside is not None
     assert (probed.outside.before_start, probed.outside.in_future) == (0, 1)
     # A backfill's probe (no incremental part), a time watermark's or an id's, too.
-    assert probe_source(source, "updated_at", "UTC", (start, clock), None)[1:] == (None, 2)
-    assert probe_source(source, "updated_at", "UTC", None, None) == (None, None, 2)
+    assert probe_source(source, "updated_at", "UTC", (start, clock), None)[1:] == (None, 2, None)
+    assert probe_source(source, "updated_at", "UTC", None, None) == (None, None, 2, None)
     with pytest.raises(NullValuesError) as refused:
         run_load(spark, spec, DeltaTarget("orders", str(tmp_path / "target")), day_request(2))
     assert refused.value.counts == {"updated_at": 2}

@@ -12,7 +12,7 @@ import os
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.spark.local_rows import no_rows
 from incremental_assets.engine.transforms import quote
+from incremental_assets.engine.watermarks import to_utc
 
 # Delta statistics hold timestamps truncated to milliseconds: widen them so pruning never
 # drops a file whose true minimum or maximum lies inside the truncated millisecond.
@@ -142,10 +143,13 @@ def highest_bounds(actions: pa.Table, column: str) -> tuple[object, object] | No
             return None  # a file with values but no maximum: nothing is known
     if not known:
         return None
-    top = max(known)
-    if isinstance(top, datetime):
-        top = top.astimezone(timezone.utc)
-        return top - _STATS_SLACK, top + _STATS_SLACK
+    try:
+        top = max(known)
+        if isinstance(top, datetime):
+            top = to_utc(top)
+            return top - _STATS_SLACK, top + _STATS_SLACK
+    except (TypeError, OverflowError):
+        return None  # statistics of mixed types, or at the end of Python's datetimes
     return top, top
 
 

@@ -7,6 +7,7 @@ import os
 from datetime import datetime, timedelta
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.engine import DeltaTarget, run_load
@@ -132,9 +133,11 @@ def _three_files_by_hour(source: str) -> list[dict]:
     return pa.table(DeltaTable(source).get_add_actions(flatten=True)).to_pylist()
 
 
-def _probe_high_water(spark, source: str, cap: datetime | None) -> object:
+def _probe_high_water(spark, source: str, cap: datetime | None, bounds=None) -> object:
     spec = make_spec(source)
     opened = DeltaSource.open(spark, "orders", spec.source, {})
+    if bounds is not None:  # statistics that do not describe the rows Spark reads
+        opened.highest_bounds = lambda column: bounds
     part = (Range("updated_at", None, False, cap, False),)
     probed = probe_source(opened, "updated_at", "UTC", (at(1), at(2)), (part, "timestamp"))
     return probed.high_water
@@ -154,7 +157,9 @@ def test_the_probe_reads_only_the_files_whose_statistics_may_hold_the_highest_ma
     assert high == at(1, 5) + timedelta(microseconds=999_999)  # exact, below the statistics
 
 
-def test_a_cap_below_the_statistics_highest_value_keeps_the_probe_on_every_file(spark, tmp_path):
+def test_a_cap_below_the_statistics_highest_value_keeps_the_whole_part_in_the_probe(
+    spark, tmp_path
+):
     source = str(tmp_path / "source")
     _three_files_by_hour(source)
 
@@ -178,3 +183,14 @@ def test_statistics_that_count_deleted_rows_bound_no_highest_value(spark, tmp_pa
 
     assert reopened.highest_bounds("updated_at") is None
     assert _probe_high_water(spark, source, cap=None) == at(1, 4)
+
+
+def test_statistics_above_every_row_fall_back_to_the_whole_part_and_say_so(spark, tmp_path):
+    source = str(tmp_path / "source")
+    _three_files_by_hour(source)
+    loose = (at(1, 6), at(1, 6) + timedelta(milliseconds=1))  # no row lies at or above 06:00
+
+    with pytest.warns(UserWarning, match="maximum statistics of 'updated_at' hold no row"):
+        high = _probe_high_water(spark, source, cap=None, bounds=loose)
+
+    assert high == at(1, 5) + timedelta(microseconds=999_999)
