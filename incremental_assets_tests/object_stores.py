@@ -55,7 +55,13 @@ class _Server:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(timeout=10)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            # Azurite has been seen to outlive a TERM by more than 10 s under load (CI,
+            # 2026-12-03): the test's work was done, so the server is killed, not waited for.
+            self.process.kill()
+            self.process.wait(timeout=10)
 
     def folder(self, bucket: str, prefix: str) -> str:
         return f"{self.scheme}://{bucket}/{prefix}"
