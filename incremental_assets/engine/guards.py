@@ -216,9 +216,10 @@ def probe_source(
         high_water = (narrowed(source, high_water[0]), high_water[1])
     probed = _scan(source, column, zone, in_range, high_water, known is None, to_count)
     if whole is not None and high_water != whole and probed.high_water is None:
-        # The statistics put the highest row at or above their bound and the scan found
-        # none there: they do not describe the rows Spark reads (a catalog table's row
-        # filter, bounds looser than the protocol's tight ones). The whole part decides.
+        # Cut (the part began below the bound), so the part holds the source's highest
+        # row, which the statistics put at or above their bound, and the scan found none
+        # there: they do not describe the rows Spark reads (a catalog table's row filter,
+        # bounds looser than the protocol's tight ones). The whole part decides.
         warnings.warn(
             f"{source.describe()}: the log's maximum statistics of '{column}' hold no row "
             "Spark reads; its high-water mark came from a scan of every file above the "
@@ -250,6 +251,8 @@ def narrowed(source: Source, part: Part) -> Part:
     try:
         if probe.upper is not None and not probe.upper > high:
             return part
+        if probe.lower is not None and probe.lower >= low:
+            return part  # the part begins above the bound: nothing to cut
     except TypeError:
         return part  # statistics of another type than the bound
     return (*part, Range(probe.column, low, True))

@@ -133,12 +133,14 @@ def _three_files_by_hour(source: str) -> list[dict]:
     return pa.table(DeltaTable(source).get_add_actions(flatten=True)).to_pylist()
 
 
-def _probe_high_water(spark, source: str, cap: datetime | None, bounds=None) -> object:
+def _probe_high_water(
+    spark, source: str, cap: datetime | None, bounds=None, lower: datetime | None = None
+) -> object:
     spec = make_spec(source)
     opened = DeltaSource.open(spark, "orders", spec.source, {})
     if bounds is not None:  # statistics that do not describe the rows Spark reads
         opened.highest_bounds = lambda column: bounds
-    part = (Range("updated_at", None, False, cap, False),)
+    part = (Range("updated_at", lower, False, cap, False),)
     probed = probe_source(opened, "updated_at", "UTC", (at(1), at(2)), (part, "timestamp"))
     return probed.high_water
 
@@ -194,3 +196,14 @@ def test_statistics_above_every_row_fall_back_to_the_whole_part_and_say_so(spark
         high = _probe_high_water(spark, source, cap=None, bounds=loose)
 
     assert high == at(1, 5) + timedelta(microseconds=999_999)
+
+
+def test_a_part_above_every_row_finds_no_mark_and_falls_back_to_nothing(spark, tmp_path):
+    # An empty increment: the cursor already at the highest row. No mark, and no scan of
+    # the whole part (pyproject.toml turns the fallback's warning into an error).
+    source = str(tmp_path / "source")
+    _three_files_by_hour(source)
+
+    top = at(1, 5) + timedelta(microseconds=999_999)
+    assert _probe_high_water(spark, source, cap=at(2), lower=top) is None
+    assert _probe_high_water(spark, source, cap=at(2), lower=at(1, 5)) == top
