@@ -229,7 +229,7 @@ def read(spark: SparkSession, path: str) -> DataFrame:
 def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     """Write ``rows`` to ``path`` (Parquet, replacing it) and return what was counted as
     they were written: ``rows``, and each of ``counters`` by its alias (a number, 0 when
-    there was nothing to count, or a text or date as counted). No second pass over
+    there was nothing to count, or a text, date or list as counted). No second pass over
     the written files: the counts are the write's own."""
     observation = Observation(f"written_{uuid.uuid4().hex}")
     counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"), *counters)
@@ -240,10 +240,11 @@ def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
 
 def observed_counts(observation: Observation) -> dict:
     """What a write counted (``observation``'s values): numbers as ints (0 for nothing
-    counted), texts and dates as they were counted."""
+    counted), texts, dates and lists (a histogram's bins) as they were counted."""
     found = dict(observation.get)
     return {
-        k: v if isinstance(v, str) or type(v) is date else int(v or 0) for k, v in found.items()
+        k: v if isinstance(v, (str, list)) or type(v) is date else int(v or 0)
+        for k, v in found.items()
     }
 
 

@@ -29,6 +29,7 @@ from incremental_assets.engine.strategies.rows import (
     LAST_PARTITION,
     NO_PARTITION,
     PartitionKey,
+    counted_by_key,
     partition_key,
 )
 from incremental_assets.engine.transforms import LATEST_ROW_HASH
@@ -215,6 +216,10 @@ def rows_by_partition(
     key = _one_key(counted)
     if key is not None:
         return {key: int(counted["rows"])}
+    if committed.created_table and extracted.partition_key is not None:
+        by_key = counted_by_key(extracted.partition_key, counted)
+        if by_key is not None:
+            return by_key
     if written_once is not None:
         return _counted_by_key(spec, target.to_spark(spark, written_once))
     return _counted_by_key(spec, staging.read(spark, path))

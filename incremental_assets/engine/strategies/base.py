@@ -38,6 +38,7 @@ from incremental_assets.engine.strategies.rows import (
     PartitionKey,
     above_counters,
     checked_in_time,
+    created_counters,
     divert,
     extract_counters,
     fail_on_bad_rows,
@@ -265,6 +266,8 @@ class Strategy:
         key = partition_key(spec, increment.schema)
         counters = increment_counters(increment.columns, self.change_kinds, key)
         counters += above_counters(self._above_cursor(window, increment.columns), key)
+        if not state.exists:
+            counters += created_counters(key)
         if spec.keys:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
         if counted is not None and self.once_given(counted):

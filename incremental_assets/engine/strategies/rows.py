@@ -4,6 +4,7 @@ counts observed as the rows are written, quarantine diversion, staged copies."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -113,6 +114,10 @@ ABOVE = {
     NO_PARTITION: "partition:above_none",
 }
 ABOVE_ROWS = "partition:above_rows"
+# The rows of a created table by partition key, as its first write counted them
+# (``created_counters``), and how many distinct keys that count holds at the most.
+PARTITION_COUNTS = "partition:counts"
+COUNTED_KEYS = 10_000
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,16 @@ class PartitionKey:
         as its key."""
         return F.date_format(start, self.pattern)
 
+    def seconds(self) -> Column:
+        """The partition's first instant in seconds since the epoch (UTC)."""
+        return F.unix_seconds(self.start)
+
+    def text_of(self, seconds: int) -> str:
+        """The key of the partition that starts ``seconds`` after the epoch (UTC), as
+        ``text`` writes it."""
+        start = datetime.fromtimestamp(seconds, timezone.utc)
+        return start.strftime("%Y-%m-%d" if self.pattern == _DAILY else "%Y-%m-%d-%H:00")
+
 
 def partition_key(spec: TableSpec, schema: StructType) -> PartitionKey | None:
     """Each row's partition key, from the partition column, which holds UTC instants (the
@@ -144,7 +159,10 @@ def partition_key(spec: TableSpec, schema: StructType) -> PartitionKey | None:
     start = F.date_trunc(
         "day" if daily else "hour", F.col(transforms.quote(column)).cast("timestamp")
     )
-    return PartitionKey(start, "yyyy-MM-dd" if daily else "yyyy-MM-dd-HH:00")
+    return PartitionKey(start, _DAILY if daily else _HOURLY)
+
+
+_DAILY, _HOURLY = "yyyy-MM-dd", "yyyy-MM-dd-HH:00"
 
 
 def increment_counters(
@@ -174,6 +192,39 @@ def partition_counters(key: PartitionKey | None) -> list[Column]:
         key.text(F.max(key.start)).alias(LAST_PARTITION),
         F.count(F.when(key.start.isNull(), 1)).alias(NO_PARTITION),
     ]
+
+
+def created_counters(key: PartitionKey | None) -> list[Column]:
+    """The rows of a run that creates its table, counted by partition key as they are
+    written (``counted_by_key`` reads the count), so that their rows by partition need
+    no read of the new table: a histogram of each row's partition start, one bin per
+    key while there are at most ``COUNTED_KEYS`` keys."""
+    if key is None:
+        return []
+    return [F.histogram_numeric(key.seconds(), F.lit(COUNTED_KEYS)).alias(PARTITION_COUNTS)]
+
+
+def counted_by_key(key: PartitionKey, counted: dict) -> dict[str, int] | None:
+    """The rows by partition key that ``created_counters`` counted; None where that count
+    is absent or not exact. Spark's histogram keeps a bin per distinct value until there
+    are more values than bins, then merges the nearest bins (whose centres are then
+    averages): the count is exact when it holds fewer bins than it may, every centre is
+    a whole second, and its heights add up to the rows with a key. Partial histograms
+    merged may hold one value in two bins: they are added up."""
+    bins = counted.get(PARTITION_COUNTS)
+    rows = counted.get("rows")
+    if bins is None or rows is None or len(bins) >= COUNTED_KEYS:
+        return None
+    by_start: dict[int, float] = {}
+    for found in bins:
+        start, height = found[0], found[1]
+        if start is None or height is None or float(start) != int(start):
+            return None
+        by_start[int(start)] = by_start.get(int(start), 0.0) + float(height)
+    keyed = int(rows) - int(counted.get(NO_PARTITION) or 0)
+    if sum(by_start.values()) != keyed:
+        return None
+    return {key.text_of(start): int(height) for start, height in by_start.items()}
 
 
 def above_counters(above: Column | None, key: PartitionKey | None) -> list[Column]:

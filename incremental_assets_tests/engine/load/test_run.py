@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,9 +17,11 @@ from incremental_assets.engine.delta_lake import merge_plan, store
 from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.load import interpreted
+from incremental_assets.engine.load import stage as stage_module
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark import runtime_conf
+from incremental_assets.engine.strategies import rows as rows_module
 from incremental_assets_tests.builders import (
     ParquetFolder,
     at,
@@ -564,7 +566,9 @@ def test_a_small_table_merges_by_the_key_range_its_increment_counted(
 
 
 @pytest.mark.parametrize("strategy", ["upsert", "append"])
-def test_a_run_that_creates_the_table_writes_its_rows_once_as_the_table(spark, tmp_path, strategy):
+def test_a_run_that_creates_the_table_writes_its_rows_once_as_the_table(
+    spark, tmp_path, strategy, monkeypatch
+):
     # A first load (or a reload of all history) of an upsert or append table is not
     # staged then rewritten by the commit: its rows are counted and checked first, in the
     # pass that finds the key ranges, then written once, as the table, with the cursor.
@@ -596,12 +600,15 @@ def test_a_run_that_creates_the_table_writes_its_rows_once_as_the_table(spark, t
         (3, "placed", 2.0, at(2, 4)),
     ]
     folder.drop(order_rows(rows))
+    tables_read = counting_reads_by_key(monkeypatch)
     first = load(spark, spec, target, 1, 2, hook=look)
 
     assert staged == [[]]  # nothing staged
     assert (first.rows_extracted, first.rows_staged, first.rows_inserted) == (4, 3, 3)
     assert first.duplicates_in_batch == 1
+    # Its rows by partition as its write counted them: the new table is not read again.
     assert first.rows_by_partition == {"2026-01-01": 1, "2026-01-02": 2}
+    assert tables_read == []
     # Within one batch both keep the newest row of a key.
     assert [r[:2] for r in target_rows(target)] == [(1, "paid"), (2, "placed"), (3, "placed")]
     table = DeltaTable(target.path)
@@ -616,3 +623,63 @@ def test_a_run_that_creates_the_table_writes_its_rows_once_as_the_table(spark, t
     second = load(spark, spec, target, 3, hook=look)
     assert len(staged[-1]) == 1
     assert second.rows_inserted == 1 and second.rows_by_partition == {"2026-01-03": 1}
+
+
+def counting_reads_by_key(monkeypatch) -> list[int]:
+    """Each time a run counts rows by partition key with a Spark job of its own (reading
+    the new table or the staged rows), the number of keys it found."""
+    reads: list[int] = []
+    counted = stage_module._counted_by_key
+
+    def counting(spec, rows):
+        found = counted(spec, rows)
+        reads.append(len(found))
+        return found
+
+    monkeypatch.setattr(stage_module, "_counted_by_key", counting)
+    return reads
+
+
+@pytest.mark.parametrize("first_write", ["once", "staged"])
+def test_a_created_tables_rows_by_partition_come_from_its_write_while_its_count_is_exact(
+    spark, tmp_path, monkeypatch, first_write
+):
+    # The first write of a table counts its rows by partition key as it writes them (a
+    # histogram with a bin per key), whether it writes them once, as the table, or
+    # stages them first (a quality rule). With more keys than the histogram holds, its
+    # bins merge and the count is not exact: the rows are then counted by Spark, from
+    # the new table or the staged rows, and are still exact.
+    folder = ParquetFolder(tmp_path / "events")
+    quality = {"rules": [{"name": "no_negatives", "check": "amount >= 0", "action": "warn"}]}
+    spec = make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        **({"quality": quality} if first_write == "staged" else {}),
+    )
+    days = [1, 2, 2, 3, 3, 3]
+    folder.drop(order_rows([(n, "placed", 1.0, at(d, n)) for n, d in enumerate(days, 1)]))
+    expected = {"2026-01-01": 1, "2026-01-02": 2, "2026-01-03": 3}
+
+    reads = counting_reads_by_key(monkeypatch)
+    first = load(spark, spec, DeltaTarget("one", str(tmp_path / "one")), 1, 3)
+    assert first.rows_by_partition == expected and reads == []
+
+    monkeypatch.setattr(rows_module, "COUNTED_KEYS", 2)
+    second = load(spark, spec, DeltaTarget("two", str(tmp_path / "two")), 1, 3)
+    assert second.rows_by_partition == expected and reads == [3]
+
+
+@pytest.mark.parametrize("granularity", ["daily", "hourly"])
+def test_a_partition_start_counted_in_seconds_is_written_as_spark_writes_its_key(
+    spark, granularity
+):
+    spec = make_spec("unused", partitioning={"granularity": granularity})
+    instants = [
+        datetime(1969, 12, 31, 23, 30, tzinfo=UTC),
+        datetime(2026, 1, 2, 13, 59, tzinfo=UTC),
+        datetime(2400, 2, 29, 5, tzinfo=UTC),
+    ]
+    rows = spark.createDataFrame([(t,) for t in instants], [spec.partition_column])
+    key = rows_module.partition_key(spec, rows.schema)
+    found = rows.select(key.seconds().alias("s"), key.text(key.start).alias("text")).collect()
+    assert [key.text_of(r["s"]) for r in found] == [r["text"] for r in found]
