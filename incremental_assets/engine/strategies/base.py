@@ -43,8 +43,10 @@ from incremental_assets.engine.strategies.rows import (
     extract_counters,
     fail_on_bad_rows,
     increment_counters,
+    keys_spanned,
     observed,
     partition_key,
+    span_counters,
     staged,
     write_counted,
 )
@@ -246,6 +248,7 @@ class Strategy:
             # the commit writes the increment once, as the table, unless what was counted
             # needs it staged (``once_given``).
             counters = extract_counters(spec, rows.columns) + self.once_counters()
+            counters += span_counters(spec)
             rows, counted = created_by_key(rows, spec.keys, counters)
             fail_on_bad_rows(spec, counted)
         else:
@@ -266,8 +269,11 @@ class Strategy:
         key = partition_key(spec, increment.schema)
         counters = increment_counters(increment.columns, self.change_kinds, key)
         counters += above_counters(self._above_cursor(window, increment.columns), key)
-        if not state.exists:
-            counters += created_counters(key)
+        if counted is not None:
+            # Its rows by partition, counted as it is written where that count is exact
+            # and cheap: its rows were counted first, and span few keys.
+            spanned = keys_spanned(spec, counted)
+            counters += created_counters(key, spanned, key_ranges.shuffle_partitions(spark))
         if spec.keys:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
         if counted is not None and self.once_given(counted):

@@ -4,7 +4,7 @@ counts observed as the rows are written, quarantine diversion, staged copies."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -140,11 +140,15 @@ class PartitionKey:
         """The partition's first instant in seconds since the epoch (UTC)."""
         return F.unix_seconds(self.start)
 
-    def text_of(self, seconds: int) -> str:
+    def text_of(self, seconds: int) -> str | None:
         """The key of the partition that starts ``seconds`` after the epoch (UTC), as
-        ``text`` writes it."""
-        start = datetime.fromtimestamp(seconds, timezone.utc)
-        return start.strftime("%Y-%m-%d" if self.pattern == _DAILY else "%Y-%m-%d-%H:00")
+        ``text`` writes it; None outside the years 1 to 9999."""
+        try:
+            start = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=seconds)
+        except OverflowError:
+            return None
+        day = f"{start.year:04d}-{start.month:02d}-{start.day:02d}"
+        return day if self.pattern == _DAILY else f"{day}-{start.hour:02d}:00"
 
 
 def partition_key(spec: TableSpec, schema: StructType) -> PartitionKey | None:
@@ -194,37 +198,63 @@ def partition_counters(key: PartitionKey | None) -> list[Column]:
     ]
 
 
-def created_counters(key: PartitionKey | None) -> list[Column]:
+def created_counters(key: PartitionKey | None, keys: int | None, tasks: int | None) -> list[Column]:
     """The rows of a run that creates its table, counted by partition key as they are
     written (``counted_by_key`` reads the count), so that their rows by partition need
-    no read of the new table: a histogram of each row's partition start, one bin per
-    key while there are at most ``COUNTED_KEYS`` keys."""
-    if key is None:
+    no read of the new table: a histogram of each row's partition start.
+
+    Spark's histogram keeps one bin per value a task sees; the driver merges the tasks'
+    histograms by putting their bins side by side (a value seen by two tasks is in two
+    bins) and, past ``COUNTED_KEYS`` bins, merges the nearest ones, after which the
+    counts are no longer exact and each further merge costs a pass over every bin. So the
+    write counts them only where that cannot happen: the rows span ``keys`` partition
+    keys (``keys_spanned``) and are written by at most ``tasks`` tasks, and ``keys``
+    times ``tasks`` stays below ``COUNTED_KEYS``."""
+    if key is None or keys is None or tasks is None or keys * tasks >= COUNTED_KEYS:
         return []
     return [F.histogram_numeric(key.seconds(), F.lit(COUNTED_KEYS)).alias(PARTITION_COUNTS)]
 
 
-def counted_by_key(key: PartitionKey, counted: dict) -> dict[str, int] | None:
-    """The rows by partition key that ``created_counters`` counted; None where that count
-    is absent or not exact. Spark's histogram keeps a bin per distinct value until there
-    are more values than bins, then merges the nearest bins (whose centres are then
-    averages): the count is exact when it holds fewer bins than it may, every centre is
-    a whole second, and its heights add up to the rows with a key. Partial histograms
-    merged may hold one value in two bins: they are added up."""
-    bins = counted.get(PARTITION_COUNTS)
-    rows = counted.get("rows")
-    if bins is None or rows is None or len(bins) >= COUNTED_KEYS:
+def span_counters(spec: TableSpec) -> list[Column]:
+    """The partition column's lowest value (``pc_min``), which with ``pc_max`` says how
+    many partition keys the rows span (``keys_spanned``)."""
+    column = F.col(transforms.quote(spec.partition_column))
+    return [F.min(F.unix_micros(column)).alias("pc_min")]
+
+
+def keys_spanned(spec: TableSpec, counted: dict) -> int | None:
+    """How many partition keys lie between the lowest and the highest value of the
+    partition column that ``extract_counters`` counted (``pc_min``, ``pc_max``: UTC
+    microseconds); None when there is none."""
+    low, high = counted.get("pc_min"), counted.get("pc_max")
+    if low is None or high is None:
         return None
-    by_start: dict[int, float] = {}
-    for found in bins:
-        start, height = found[0], found[1]
-        if start is None or height is None or float(start) != int(start):
-            return None
-        by_start[int(start)] = by_start.get(int(start), 0.0) + float(height)
-    keyed = int(rows) - int(counted.get(NO_PARTITION) or 0)
+    unit = 86_400_000_000 if spec.partitioning.granularity == "daily" else 3_600_000_000
+    return int(high) // unit - int(low) // unit + 1
+
+
+def counted_by_key(key: PartitionKey, counted: dict) -> dict[str, int] | None:
+    """The rows by partition key that ``created_counters`` counted; None where the write
+    did not count them, or its histogram merged bins (then it holds ``COUNTED_KEYS``, and
+    always will: ``created_counters`` keeps clear of that). Bins of one value (counted by
+    several tasks) are added up; their heights must add up to the rows with a key."""
+    if PARTITION_COUNTS not in counted or "rows" not in counted:
+        return None
+    keyed = int(counted["rows"]) - int(counted.get(NO_PARTITION) or 0)
+    bins = counted[PARTITION_COUNTS]
+    if not isinstance(bins, list):  # no row had a key: Spark's histogram is null
+        return {} if keyed == 0 else None
+    if len(bins) >= COUNTED_KEYS:
+        return None
+    by_start: dict[int, int] = {}
+    for start, height in bins:
+        by_start[int(start)] = by_start.get(int(start), 0) + int(height)
     if sum(by_start.values()) != keyed:
         return None
-    return {key.text_of(start): int(height) for start, height in by_start.items()}
+    texts = {start: key.text_of(start) for start in by_start}
+    if None in texts.values():
+        return None
+    return {texts[start]: height for start, height in by_start.items()}
 
 
 def above_counters(above: Column | None, key: PartitionKey | None) -> list[Column]:

@@ -20,7 +20,7 @@ from incremental_assets.engine.load import interpreted
 from incremental_assets.engine.load import stage as stage_module
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
-from incremental_assets.engine.spark import runtime_conf
+from incremental_assets.engine.spark import key_ranges, runtime_conf
 from incremental_assets.engine.strategies import rows as rows_module
 from incremental_assets_tests.builders import (
     ParquetFolder,
@@ -640,33 +640,57 @@ def counting_reads_by_key(monkeypatch) -> list[int]:
     return reads
 
 
-@pytest.mark.parametrize("first_write", ["once", "staged"])
 def test_a_created_tables_rows_by_partition_come_from_its_write_while_its_count_is_exact(
-    spark, tmp_path, monkeypatch, first_write
+    spark, tmp_path, monkeypatch
 ):
-    # The first write of a table counts its rows by partition key as it writes them (a
-    # histogram with a bin per key), whether it writes them once, as the table, or
-    # stages them first (a quality rule). With more keys than the histogram holds, its
-    # bins merge and the count is not exact: the rows are then counted by Spark, from
-    # the new table or the staged rows, and are still exact.
+    # A table's first write counts its rows by partition key as it writes them (a
+    # histogram with a bin per key and task) where its rows were counted first (written
+    # once, as the table) and span few enough keys: the keys times the tasks that write
+    # them stay below the bins the histogram may hold, so it merges none. Past that, or
+    # where the rows are staged first (a quality rule), Spark counts them from the new
+    # table or the staged rows: still exact, one job more.
     folder = ParquetFolder(tmp_path / "events")
-    quality = {"rules": [{"name": "no_negatives", "check": "amount >= 0", "action": "warn"}]}
-    spec = make_spec(
-        str(folder.path),
-        source={"format": "parquet"},
-        **({"quality": quality} if first_write == "staged" else {}),
-    )
     days = [1, 2, 2, 3, 3, 3]
     folder.drop(order_rows([(n, "placed", 1.0, at(d, n)) for n, d in enumerate(days, 1)]))
     expected = {"2026-01-01": 1, "2026-01-02": 2, "2026-01-03": 3}
-
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    tasks = key_ranges.shuffle_partitions(spark)
     reads = counting_reads_by_key(monkeypatch)
+
+    monkeypatch.setattr(rows_module, "COUNTED_KEYS", 3 * tasks + 1)
     first = load(spark, spec, DeltaTarget("one", str(tmp_path / "one")), 1, 3)
     assert first.rows_by_partition == expected and reads == []
 
-    monkeypatch.setattr(rows_module, "COUNTED_KEYS", 2)
+    monkeypatch.setattr(rows_module, "COUNTED_KEYS", 3 * tasks)
     second = load(spark, spec, DeltaTarget("two", str(tmp_path / "two")), 1, 3)
     assert second.rows_by_partition == expected and reads == [3]
+
+    rule = {"name": "no_negatives", "check": "amount >= 0", "action": "warn"}
+    checked = make_spec(str(folder.path), source={"format": "parquet"}, quality={"rules": [rule]})
+    third = load(spark, checked, DeltaTarget("three", str(tmp_path / "three")), 1, 3)
+    assert third.rows_by_partition == expected and reads == [3, 3]
+
+
+def test_a_histograms_bins_are_read_as_rows_by_key_only_while_exact(spark):
+    spec = make_spec("unused")
+    key = rows_module.partition_key(spec, spark.createDataFrame([(at(1),)], ["updated_at"]).schema)
+    day = 86_400
+    start = int(at(1).timestamp())
+    counts = rows_module.PARTITION_COUNTS
+
+    def read(bins, rows, none=0):
+        counted = {counts: bins, "rows": rows, rows_module.NO_PARTITION: none}
+        return rows_module.counted_by_key(key, counted)
+
+    # One day counted by two tasks: its bins are added up. Rows without a key are not.
+    two_tasks = [(start, 2.0), (start + day, 1.0), (start, 3.0)]
+    assert read(two_tasks, 7, none=1) == {"2026-01-01": 5, "2026-01-02": 1}
+    assert read(two_tasks, 7) is None  # heights that do not add up to the keyed rows
+    assert read(None, 2, none=2) == {}  # no row had a key: Spark's histogram is null
+    full = [(start + n * day, 1.0) for n in range(rows_module.COUNTED_KEYS)]
+    assert read(full, len(full)) is None  # as many bins as it may hold: some merged
+    assert read([(253_402_300_800, 1.0)], 1) is None  # the year 10000
+    assert rows_module.counted_by_key(key, {"rows": 1}) is None  # not counted
 
 
 @pytest.mark.parametrize("granularity", ["daily", "hourly"])

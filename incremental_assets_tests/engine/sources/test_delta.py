@@ -207,3 +207,63 @@ def test_a_part_above_every_row_finds_no_mark_and_falls_back_to_nothing(spark, t
     top = at(1, 5) + timedelta(microseconds=999_999)
     assert _probe_high_water(spark, source, cap=at(2), lower=top) is None
     assert _probe_high_water(spark, source, cap=at(2), lower=at(1, 5)) == top
+
+
+def test_an_id_watermark_is_probed_from_the_files_its_statistics_say_hold_the_highest(
+    spark, tmp_path
+):
+    # Integer statistics are exact: the probe reads the file whose maximum is the highest
+    # and finds the same mark, with every other file gone from disk.
+    source = str(tmp_path / "source")
+    files = _three_files_by_hour(source)
+    last = max(files, key=lambda f: f["max.order_id"])
+    for add in files:
+        if add is not last:
+            os.remove(os.path.join(source, add["path"]))
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+    assert opened.highest_bounds("order_id") == (5, 5)
+
+    part = (Range("order_id", 2, False, None, False),)
+    probed = probe_source(opened, "order_id", "UTC", None, (part, "id"))
+
+    assert probed.high_water == 5
+
+
+def test_a_file_of_null_watermarks_bounds_nothing_and_the_probe_finds_the_mark(spark, tmp_path):
+    # A file whose watermarks are all null has no maximum: its statistics count its
+    # nulls, so it holds no candidate for the highest value and the others still bound it.
+    source = str(tmp_path / "source")
+    _three_files_by_hour(source)
+    nulls = order_rows([(6, "new", 6.0, at(1, 6))]).set_column(
+        3, "updated_at", pa.array([None], pa.timestamp("us", "UTC"))
+    )
+    write_deltalake(source, nulls, mode="append")
+    adds = pa.table(DeltaTable(source).get_add_actions(flatten=True)).to_pylist()
+    assert any(a["max.updated_at"] is None and a["null_count.updated_at"] == 1 for a in adds)
+
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+    top = at(1, 5) + timedelta(microseconds=999_999)
+    low, high = opened.highest_bounds("updated_at")
+    assert low <= top <= high
+    assert _probe_high_water(spark, source, cap=at(2)) == top
+
+
+def test_a_source_without_statistics_is_probed_over_its_whole_part(spark, tmp_path):
+    # A table that keeps no statistics for its columns bounds nothing: the probe scans the
+    # whole part, and finds the same mark, without a warning (pyproject.toml makes one an
+    # error).
+    source = str(tmp_path / "source")
+    spark.sql(
+        f"CREATE TABLE delta.`{source}` (order_id BIGINT, status STRING, amount DOUBLE,"
+        " updated_at TIMESTAMP) USING delta"
+        " TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '0')"
+    )
+    spark.createDataFrame(
+        [(1, "new", 1.0, at(1, 1)), (2, "new", 2.0, at(1, 3))],
+        "order_id BIGINT, status STRING, amount DOUBLE, updated_at TIMESTAMP",
+    ).write.format("delta").mode("append").save(source)
+
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+
+    assert opened.highest_bounds("updated_at") is None
+    assert _probe_high_water(spark, source, cap=at(2)) == at(1, 3)
