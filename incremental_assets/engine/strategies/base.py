@@ -273,7 +273,9 @@ class Strategy:
             # Its rows by partition, counted as it is written where that count is exact
             # and cheap: its rows were counted first, and span few keys.
             spanned = keys_spanned(spec, counted)
-            counters += created_counters(key, spanned, key_ranges.shuffle_partitions(spark))
+            if key is not None and spanned is not None:
+                tasks = key_ranges.shuffle_partitions(spark)
+                counters += created_counters(key, spanned, tasks)
         if spec.keys:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
         if counted is not None and self.once_given(counted):

@@ -208,8 +208,13 @@ def created_counters(key: PartitionKey | None, keys: int | None, tasks: int | No
     bins) and, past ``COUNTED_KEYS`` bins, merges the nearest ones, after which the
     counts are no longer exact and each further merge costs a pass over every bin. So the
     write counts them only where that cannot happen: the rows span ``keys`` partition
-    keys (``keys_spanned``) and are written by at most ``tasks`` tasks, and ``keys``
-    times ``tasks`` stays below ``COUNTED_KEYS``."""
+    keys (``keys_spanned``) and are written by at most ``tasks`` tasks (the shuffle that
+    puts them in key ranges), and ``keys`` times ``tasks`` stays below ``COUNTED_KEYS``.
+    Should a step after that shuffle split its partitions (adaptive execution's skew
+    handling in a change set's join of recorded tombstones), the bins merge: the count is
+    then not read (``counted_by_key``), and the new table is. On a cluster's 200 shuffle
+    partitions this counts up to 49 days of rows; the engine's local session (8) up to
+    1,249."""
     if key is None or keys is None or tasks is None or keys * tasks >= COUNTED_KEYS:
         return []
     return [F.histogram_numeric(key.seconds(), F.lit(COUNTED_KEYS)).alias(PARTITION_COUNTS)]

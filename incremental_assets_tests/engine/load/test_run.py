@@ -650,7 +650,8 @@ def test_a_created_tables_rows_by_partition_come_from_its_write_while_its_count_
     # where the rows are staged first (a quality rule), Spark counts them from the new
     # table or the staged rows: still exact, one job more.
     folder = ParquetFolder(tmp_path / "events")
-    days = [1, 2, 2, 3, 3, 3]
+    # Each day's orders spread over the key range, so each task that writes sees each day.
+    days = [1, 2, 3, 2, 3, 3]
     folder.drop(order_rows([(n, "placed", 1.0, at(d, n)) for n, d in enumerate(days, 1)]))
     expected = {"2026-01-01": 1, "2026-01-02": 2, "2026-01-03": 3}
     spec = make_spec(str(folder.path), source={"format": "parquet"})
@@ -686,7 +687,9 @@ def test_a_histograms_bins_are_read_as_rows_by_key_only_while_exact(spark):
     two_tasks = [(start, 2.0), (start + day, 1.0), (start, 3.0)]
     assert read(two_tasks, 7, none=1) == {"2026-01-01": 5, "2026-01-02": 1}
     assert read(two_tasks, 7) is None  # heights that do not add up to the keyed rows
-    assert read(None, 2, none=2) == {}  # no row had a key: Spark's histogram is null
+    # No row had a key: Spark's histogram is null, which the write's counts hold as 0.
+    assert read(None, 2, none=2) == {} and read(0, 2, none=2) == {}
+    assert read(0, 2, none=1) is None
     full = [(start + n * day, 1.0) for n in range(rows_module.COUNTED_KEYS)]
     assert read(full, len(full)) is None  # as many bins as it may hold: some merged
     assert read([(253_402_300_800, 1.0)], 1) is None  # the year 10000
