@@ -133,6 +133,15 @@ def _three_files_by_hour(source: str) -> list[dict]:
     return pa.table(DeltaTable(source).get_add_actions(flatten=True)).to_pylist()
 
 
+def _keep_only_the_highest(source: str, files: list[dict], column: str) -> None:
+    """Every file but the one with the highest maximum of ``column`` removed from disk,
+    still in the log: a scan that opened them would fail."""
+    last = max(files, key=lambda f: f[f"max.{column}"])
+    for add in files:
+        if add is not last:
+            os.remove(os.path.join(source, add["path"]))
+
+
 def _probe_high_water(
     spark, source: str, cap: datetime | None, bounds=None, lower: datetime | None = None
 ) -> object:
@@ -147,12 +156,7 @@ def _probe_high_water(
 
 def test_the_probe_reads_only_the_files_whose_statistics_may_hold_the_highest_mark(spark, tmp_path):
     source = str(tmp_path / "source")
-    files = _three_files_by_hour(source)
-    last = max(files, key=lambda f: f["max.updated_at"])
-    # Gone from disk, still in the log: a scan that opened them would fail.
-    for add in files:
-        if add is not last:
-            os.remove(os.path.join(source, add["path"]))
+    _keep_only_the_highest(source, _three_files_by_hour(source), "updated_at")
 
     high = _probe_high_water(spark, source, cap=at(2))
 
@@ -215,11 +219,7 @@ def test_an_id_watermark_is_probed_from_the_files_its_statistics_say_hold_the_hi
     # Integer statistics are exact: the probe reads the file whose maximum is the highest
     # and finds the same mark, with every other file gone from disk.
     source = str(tmp_path / "source")
-    files = _three_files_by_hour(source)
-    last = max(files, key=lambda f: f["max.order_id"])
-    for add in files:
-        if add is not last:
-            os.remove(os.path.join(source, add["path"]))
+    _keep_only_the_highest(source, _three_files_by_hour(source), "order_id")
     opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
     assert opened.highest_bounds("order_id") == (5, 5)
 
