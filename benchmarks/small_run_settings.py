@@ -34,6 +34,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "engine defaults": {},
     "adaptive execution off": {"spark.sql.adaptive.enabled": "false"},
     "Delta data skipping off": {"spark.databricks.delta.stats.skipping": "false"},
+    # The plan's text each SQL execution's start event carries (the UI's SQL tab), even
+    # with the UI off: "formatted" (Spark's default) or the plain tree.
+    "plan text simple": {"spark.sql.ui.explainMode": "simple"},
 }
 SCHEMA = pa.schema(
     [
