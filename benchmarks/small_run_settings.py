@@ -35,8 +35,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "adaptive execution off": {"spark.sql.adaptive.enabled": "false"},
     "Delta data skipping off": {"spark.databricks.delta.stats.skipping": "false"},
     # The plan's text each SQL execution's start event carries (the UI's SQL tab), even
-    # with the UI off: "formatted" (Spark's default) or the plain tree.
-    "plan text simple": {"spark.sql.ui.explainMode": "simple"},
+    # with the UI off: Spark's default layout, where the engine's local session asks for
+    # the plain tree (spark_session.LOCAL_DEFAULTS).
+    "plan text formatted": {"spark.sql.ui.explainMode": "formatted"},
 }
 SCHEMA = pa.schema(
     [
