@@ -9,7 +9,7 @@ for its two runs and unset after. The first rounds are not counted (the JVM's wa
 Printed: each variant's median seconds and Spark jobs, and its ratio to the engine's
 defaults. Run from the repository root::
 
-    .venv/bin/python benchmarks/small_run_settings.py              # about 4 minutes here
+    .venv/bin/python benchmarks/small_run_settings.py              # about 6 minutes here
     .venv/bin/python benchmarks/small_run_settings.py --rounds 12 --rows 200
 """
 
@@ -80,15 +80,25 @@ def day(n: int) -> LoadRequest:
 
 
 def timed(spark, group: str, action) -> tuple[float, int]:
+    """``action``'s seconds and its Spark jobs (counted once Spark's listener, which runs
+    apart, has caught up: the same count twice, none running)."""
     context = spark.sparkContext
     context.setJobGroup(group, group)
     started = time.perf_counter()
     try:
         action()
     finally:
-        context.setLocalProperty("spark.jobGroup.id", None)
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            context.setLocalProperty(key, None)
     seconds = time.perf_counter() - started
-    return seconds, len(context.statusTracker().getJobIdsForGroup(group))
+    tracker, before = context.statusTracker(), None
+    for _ in range(50):
+        jobs = tracker.getJobIdsForGroup(group)
+        if len(jobs) == before and not tracker.getActiveJobsIds():
+            break
+        before = len(jobs)
+        time.sleep(0.1)
+    return seconds, len(jobs)
 
 
 def one_table(spark, folder: Path, rows: int, tag: str) -> tuple[float, int, float, int]:
@@ -116,14 +126,20 @@ def main() -> None:
         for n in range(args.warmup + args.rounds):
             turn = names[n % len(names) :] + names[: n % len(names)]
             for name in turn:
+                # The session's own values come back after (unset would fall back to
+                # Spark's defaults, not the engine's).
+                kept = {key: spark.conf.get(key, None) for key in VARIANTS[name]}
                 for key, value in VARIANTS[name].items():
                     spark.conf.set(key, value)
                 try:
                     tag = f"{n}-{names.index(name)}"
                     found = one_table(spark, root / tag, args.rows, tag)
                 finally:
-                    for key in VARIANTS[name]:
-                        spark.conf.unset(key)
+                    for key, value in kept.items():
+                        if value is None:
+                            spark.conf.unset(key)
+                        else:
+                            spark.conf.set(key, value)
                 if n >= args.warmup:
                     measured[name].append(found)
             print(f"round {n + 1} of {args.warmup + args.rounds}", flush=True)
@@ -135,12 +151,15 @@ def main() -> None:
 
 def report(measured: dict[str, list[tuple[float, int, float, int]]], args) -> None:
     def median(name: str, i: int) -> float:
-        return statistics.median(m[i] for m in measured[name])
+        # Job counts: one of the rounds' own counts, not a half between two.
+        take = statistics.median if i in (0, 2) else statistics.median_low
+        return take([m[i] for m in measured[name]])
 
     base = next(iter(measured))
     base_first, base_second = median(base, 0), median(base, 2)
+    updated, inserted = args.rows - args.rows // 2, args.rows // 2
     print(
-        f"\n{args.rows} rows loaded, then {args.rows // 2} updated and {args.rows // 2} "
+        f"\n{args.rows} rows loaded, then {updated} updated and {inserted} "
         f"inserted; medians of {args.rounds} rounds (after {args.warmup} not counted), "
         "variants interleaved in one warm session\n"
     )

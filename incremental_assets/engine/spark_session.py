@@ -74,10 +74,12 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # run builds thousands of Columns, and the engine's errors name the table and the
     # step themselves. Off: ~5% of a small run's time here.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # Each SQL execution's start event carries its plan as text, for the UI's SQL tab,
-    # even with the UI off; Spark's default "formatted" text took ~6% of a small run's
-    # driver time here, the plain tree less (benchmarks/small_run_settings.py: a 20-row
-    # run 0.93x and 0.97x). A session with the UI on may set "formatted" back.
+    # Each SQL execution's start event (and adaptive execution's plan updates) carries its
+    # plan as text, for the UI's SQL tab, even with the UI off: the "formatted" layout
+    # (Spark's default) took ~6% of a small run's driver time in a profile here, the
+    # plain tree less (benchmarks/small_run_settings.py: a 20-row first load 0.93x, an
+    # incremental run 0.97x, within the noise). A session with the UI on may set
+    # "formatted" back.
     "spark.sql.ui.explainMode": "simple",
     # Spark keeps the classes it generates for a query's operators and expressions in a
     # cache of this many (default 100), shared by every job of the JVM. One small run uses
