@@ -5,9 +5,9 @@ driver's planning, not its tasks.
 In one warm local session (the engine's defaults), each round loads a fresh table twice
 (a first load, then an incremental run that updates half its rows and inserts as many)
 once per variant, the variants' order turning each round; a variant's settings are set
-for its two runs and unset after. The first rounds are not counted (the JVM's warm-up).
-Printed: each variant's median seconds and Spark jobs, and its ratio to the engine's
-defaults. Run from the repository root::
+for its two runs and the session's own values restored after. The first rounds are not
+counted (the JVM's warm-up). Printed: each variant's median seconds and Spark jobs, and
+its ratio to the engine's defaults. Run from the repository root::
 
     .venv/bin/python benchmarks/small_run_settings.py              # about 6 minutes here
     .venv/bin/python benchmarks/small_run_settings.py --rounds 12 --rows 200
