@@ -31,6 +31,7 @@ from incremental_assets_tests.servers import (
     INTERPRETED,
     S3_CREDENTIALS,
     STARTED,
+    SUITE_GC,
     StandaloneCluster,
     cluster_unavailable,
     s3_spark_conf,
@@ -154,6 +155,9 @@ def spark(
         # own folder, opened on the first catalog lookup.
         **hive_catalog_conf(tmp_path_factory.mktemp("catalog")),
     }
+    # This JVM runs the whole session: the parallel collector (servers.SUITE_GC).
+    options = conf["spark.driver.extraJavaOptions"]
+    conf["spark.driver.extraJavaOptions"] = f"{options} {SUITE_GC}"
     # JDBC drivers must be on the classpath at session start (engine/sources/test_jdbc.py).
     if Path("/usr/share/java/postgresql.jar").exists():
         conf["spark.jars"] = "/usr/share/java/postgresql.jar"

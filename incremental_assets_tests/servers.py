@@ -47,6 +47,13 @@ STARTED: dict[str, float] = {}
 # The test servers' JVMs run short jobs on 2 shared cores: the quick JIT compiler alone
 # leaves the cores to the work instead of optimizing code that runs a few times.
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# A JVM that runs a whole pytest session of them (the suite's own session, the Connect
+# pass's server) keeps the optimizing compiler: with the quick one alone, 4 modules of
+# engine/strategies, dagster_layer and engine/load took 500 s on 2 workers (943 s of CPU)
+# against 364-395 s (681-747 s). It runs with the parallel collector rather than G1
+# (Java's default, which marks the old generation concurrently and pays a barrier on each
+# reference written): the same modules took 341 s (637 s of CPU).
+SUITE_GC = "-XX:+UseParallelGC"
 
 # The tests load tens of rows at a time: Spark's code generation (Java source for each
 # query's operators and expressions, compiled by Janino, then by the JIT compiler like any
@@ -325,7 +332,8 @@ def connect_conf(endpoint: str, serves_a_suite: bool = False) -> dict[str, str]:
     ``serves_a_suite``: the server runs every test of a pytest session (./dev test's
     Connect pass, minutes of work), so its JVM keeps the optimizing JIT compiler: with the
     quick one alone engine/strategies took 357 s through it (6.0 min of CPU), with both
-    267 s (4.2 min). A server for a few tests runs with the quick one (QUICK_JIT)."""
+    267 s (4.2 min), and the parallel collector (SUITE_GC). A server for a few tests runs
+    with the quick one (QUICK_JIT)."""
     return spark_conf(
         {
             "spark.master": "local[2]",
@@ -333,7 +341,7 @@ def connect_conf(endpoint: str, serves_a_suite: bool = False) -> dict[str, str]:
             "spark.sql.shuffle.partitions": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
             **INTERPRETED,
-            **({} if serves_a_suite else {"spark.driver.extraJavaOptions": QUICK_JIT}),
+            "spark.driver.extraJavaOptions": SUITE_GC if serves_a_suite else QUICK_JIT,
             **s3_spark_conf(endpoint),
             # JDBC sources through Connect: the driver is the server's (as jars are).
             **({"spark.jars": POSTGRES_JAR} if os.path.exists(POSTGRES_JAR) else {}),
