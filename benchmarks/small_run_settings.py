@@ -38,6 +38,14 @@ VARIANTS: dict[str, dict[str, str]] = {
     # with the UI off: Spark's default layout, where the engine's local session asks for
     # the plain tree (spark_session.LOCAL_DEFAULTS).
     "plan text formatted": {"spark.sql.ui.explainMode": "formatted"},
+    # Delta caches a snapshot's state (its files and their statistics) serialized
+    # (MEMORY_AND_DISK_SER): deserialized, or not cached at all.
+    "snapshot cache MEMORY_ONLY": {
+        "spark.databricks.delta.snapshotCache.storageLevel": "MEMORY_ONLY"
+    },
+    "snapshot cache NONE": {"spark.databricks.delta.snapshotCache.storageLevel": "NONE"},
+    # Tasks that rebuild a snapshot's state from the log: the engine's local default is 8.
+    "snapshot partitions 2": {"spark.databricks.delta.snapshotPartitions": "2"},
 }
 SCHEMA = pa.schema(
     [

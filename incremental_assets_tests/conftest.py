@@ -132,7 +132,8 @@ def spark(
     conf = {
         "spark.sql.shuffle.partitions": "2",
         # One session runs the whole suite. With 2g, the tables of an hour of tests kept
-        # its old generation near full (1.3 GB live), and G1 marked it ~1,000 times.
+        # its old generation near full (1.3 GB live), and G1 (the collector then) marked
+        # it ~1,000 times.
         "spark.driver.memory": "4g",
         "spark.databricks.delta.snapshotPartitions": "2",
         # Delta keeps a table's log and snapshots (their plans and encoders) in a cache of
@@ -155,7 +156,8 @@ def spark(
         # own folder, opened on the first catalog lookup.
         **hive_catalog_conf(tmp_path_factory.mktemp("catalog")),
     }
-    # This JVM runs the whole session: the parallel collector (servers.SUITE_GC).
+    # The local JVM runs the whole session: the parallel collector (servers.SUITE_GC).
+    # Through Connect the setting is the server's (servers.connect_conf), not this one.
     options = conf["spark.driver.extraJavaOptions"]
     conf["spark.driver.extraJavaOptions"] = f"{options} {SUITE_GC}"
     # JDBC drivers must be on the classpath at session start (engine/sources/test_jdbc.py).

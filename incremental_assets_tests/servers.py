@@ -48,11 +48,12 @@ STARTED: dict[str, float] = {}
 # leaves the cores to the work instead of optimizing code that runs a few times.
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # A JVM that runs a whole pytest session of them (the suite's own session, the Connect
-# pass's server) keeps the optimizing compiler: with the quick one alone, 4 modules of
-# engine/strategies, dagster_layer and engine/load took 500 s on 2 workers (943 s of CPU)
-# against 364-395 s (681-747 s). It runs with the parallel collector rather than G1
-# (Java's default, which marks the old generation concurrently and pays a barrier on each
-# reference written): the same modules took 341 s (637 s of CPU).
+# pass's server) keeps the optimizing compiler: with the quick one alone, engine/strategies,
+# dagster_layer/test_assets.py, engine/test_quality.py and engine/load/test_run.py took
+# 500 s on 2 workers (943 s of CPU) against 364 s and 395 s (681 s, 747 s). It runs with
+# the parallel collector rather than G1 (which marks the old generation concurrently and
+# pays heavier write barriers): the same modules took 341 s, 637 s of CPU (one run: the
+# CPU, not the wall time, is the clearer signal).
 SUITE_GC = "-XX:+UseParallelGC"
 
 # The tests load tens of rows at a time: Spark's code generation (Java source for each
@@ -332,8 +333,9 @@ def connect_conf(endpoint: str, serves_a_suite: bool = False) -> dict[str, str]:
     ``serves_a_suite``: the server runs every test of a pytest session (./dev test's
     Connect pass, minutes of work), so its JVM keeps the optimizing JIT compiler: with the
     quick one alone engine/strategies took 357 s through it (6.0 min of CPU), with both
-    267 s (4.2 min), and the parallel collector (SUITE_GC). A server for a few tests runs
-    with the quick one (QUICK_JIT)."""
+    267 s (4.2 min); it also runs the parallel collector (SUITE_GC: the Connect pass 191 s,
+    259 s of CPU, against 204 s, 284 s). A server for a few tests runs with the quick one
+    (QUICK_JIT)."""
     return spark_conf(
         {
             "spark.master": "local[2]",
