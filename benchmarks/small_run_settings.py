@@ -44,8 +44,10 @@ VARIANTS: dict[str, dict[str, str]] = {
         "spark.databricks.delta.snapshotCache.storageLevel": "MEMORY_ONLY"
     },
     "snapshot cache NONE": {"spark.databricks.delta.snapshotCache.storageLevel": "NONE"},
-    # Tasks that rebuild a snapshot's state from the log: the engine's local default is 8.
-    "snapshot partitions 2": {"spark.databricks.delta.snapshotPartitions": "2"},
+    # Tasks that rebuild a snapshot's state from the log: a local master's cores, at most
+    # 8 (spark_session.spark_conf), against 8 whatever the cores (the default until
+    # 2026-12-04).
+    "snapshot partitions 8": {"spark.databricks.delta.snapshotPartitions": "8"},
 }
 SCHEMA = pa.schema(
     [
@@ -171,8 +173,9 @@ def report(measured: dict[str, list[tuple[float, int, float, int]]], args) -> No
         f"inserted; medians of {args.rounds} rounds (after {args.warmup} not counted), "
         "variants interleaved in one warm session\n"
     )
+    wide = max(len(name) for name in measured)
     header = (
-        f"{'variant':<24} | {'first load s':>12} | {'jobs':>4} | {'x':>5} | "
+        f"{'variant':<{wide}} | {'first load s':>12} | {'jobs':>4} | {'x':>5} | "
         f"{'incremental s':>13} | {'jobs':>4} | {'x':>5}"
     )
     print(header)
@@ -180,7 +183,7 @@ def report(measured: dict[str, list[tuple[float, int, float, int]]], args) -> No
     for name in measured:
         first, second = median(name, 0), median(name, 2)
         print(
-            f"{name:<24} | {first:>12.2f} | {median(name, 1):>4.0f} | "
+            f"{name:<{wide}} | {first:>12.2f} | {median(name, 1):>4.0f} | "
             f"{first / base_first:>4.2f}x | {second:>13.2f} | {median(name, 3):>4.0f} | "
             f"{second / base_second:>4.2f}x"
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 from collections.abc import Mapping
 
@@ -54,6 +55,8 @@ DELTA_CONF: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.master": os.environ.get("INCREMENTAL_ASSETS_SPARK_MASTER", "local[*]"),
     "spark.ui.enabled": "false",
@@ -63,8 +66,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.driver.memory": os.environ.get("INCREMENTAL_ASSETS_DRIVER_MEMORY", "4g"),
     "spark.sql.adaptive.enabled": "true",
     # Delta rebuilds a table's state from its log in this many tasks (default 50): on a
-    # few local cores, most of a small load's time went to them.
-    "spark.databricks.delta.snapshotPartitions": "8",
+    # few local cores, most of a small load's time went to them. A local master's own
+    # cores, when fewer (spark_conf).
+    SNAPSHOT_PARTITIONS: "8",
     # Delta's VACUUM (the full kind, which lists the table's folder) and Spark's listing
     # of many paths run this many tasks (default 10,000): a full VACUUM of a table of a
     # few files took 28 s here, 4 s with 8.
@@ -93,8 +97,30 @@ LOCAL_DEFAULTS: dict[str, str] = {
 
 def spark_conf(overrides: dict[str, str] | None = None) -> dict[str, str]:
     """Local defaults, Delta Lake's extension, then ``overrides``, then the settings
-    correctness depends on."""
-    return {**LOCAL_DEFAULTS, **DELTA_CONF, **(overrides or {}), **REQUIRED_CONF}
+    correctness depends on. A ``local`` master with fewer than 8 cores rebuilds Delta's
+    snapshots in as many tasks as it has cores, unless ``overrides`` says otherwise."""
+    conf = {**LOCAL_DEFAULTS, **DELTA_CONF, **(overrides or {}), **REQUIRED_CONF}
+    cores = local_cores(conf["spark.master"])
+    if cores is not None and SNAPSHOT_PARTITIONS not in (overrides or {}):
+        # Tasks beyond the cores queue behind them: on 2 cores, 2 tasks instead of 8 made
+        # a small run 0.87-0.88x (benchmarks/small_run_settings.py).
+        conf[SNAPSHOT_PARTITIONS] = str(min(int(LOCAL_DEFAULTS[SNAPSHOT_PARTITIONS]), cores))
+    return conf
+
+
+def local_cores(master: str) -> int | None:
+    """The cores a ``local`` master runs tasks on (``local``: 1, ``local[N]`` and
+    ``local[N,F]``: N, ``local[*]``: the cores this process may use); None for any other
+    master (a cluster's, ``local-cluster[...]``)."""
+    found = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
+    if found is None:
+        return None
+    if found.group(1) is None:
+        return 1
+    if found.group(1) == "*":
+        usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        return max(1, len(usable) if usable else os.cpu_count() or 1)
+    return max(1, int(found.group(1)))
 
 
 def start_session(

@@ -7,6 +7,7 @@ AWS SDK on the driver's class path instead of copying it for each session."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -21,7 +22,11 @@ from incremental_assets.engine.errors import (
 )
 from incremental_assets.engine.spark import connectors, remote
 from incremental_assets.engine.spark.settings import project_conf
-from incremental_assets.engine.spark_session import REQUIRED_CONF, start_session
+from incremental_assets.engine.spark_session import (
+    REQUIRED_CONF,
+    SNAPSHOT_PARTITIONS,
+    start_session,
+)
 from incremental_assets.specs import SpecError, load_project
 from incremental_assets_tests.postgres import free_port
 
@@ -137,6 +142,49 @@ def test_the_projects_own_spark_settings_win_over_the_connectors(tmp_path):
 
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://b:2"
     assert conf["spark.jars.packages"] == "org.apache.hadoop:hadoop-aws:3.4.1"
+
+
+_WAREHOUSE = "warehouse: {root: ./warehouse}\n"
+
+
+@pytest.mark.parametrize(
+    ("master", "tasks"),
+    [
+        *[("local", "1"), ("local[2]", "2"), ("local[3,2]", "3"), ("local[16]", "8")],
+        *[("spark://h:7077", "8"), ("yarn", "8"), ("local-cluster[2,1,1024]", "8")],
+    ],
+)
+def test_delta_rebuilds_snapshots_in_as_many_tasks_as_a_local_master_has_cores(
+    tmp_path, master, tasks
+):
+    path = tmp_path / "tables.yaml"
+    path.write_text(
+        f"{_WAREHOUSE}spark: {{master: '{master}'}}\ntables:{TABLE.format(source='./s')}"
+    )
+
+    conf = project_conf(load_project(path))
+
+    assert conf[SNAPSHOT_PARTITIONS] == tasks
+
+
+def test_local_star_counts_the_cores_this_process_may_use(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    path = tmp_path / "tables.yaml"
+    path.write_text(
+        f"{_WAREHOUSE}spark: {{master: 'local[*]'}}\ntables:{TABLE.format(source='./s')}"
+    )
+
+    assert project_conf(load_project(path))[SNAPSHOT_PARTITIONS] == "3"
+
+
+def test_the_projects_snapshot_tasks_win_over_the_cores(tmp_path):
+    path = tmp_path / "tables.yaml"
+    path.write_text(
+        f"{_WAREHOUSE}spark:\n  master: local[2]\n  conf: {{{SNAPSHOT_PARTITIONS}: '12'}}\n"
+        f"tables:{TABLE.format(source='./s')}"
+    )
+
+    assert project_conf(load_project(path))[SNAPSHOT_PARTITIONS] == "12"
 
 
 def test_the_dagster_resource_starts_spark_with_the_projects_settings(tmp_path):
