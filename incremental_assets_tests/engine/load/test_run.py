@@ -120,6 +120,25 @@ def test_rows_arriving_during_a_run_are_loaded_by_the_next_run(spark, tmp_path):
     assert [r[0] for r in target_rows(target)] == list(range(1, 16))
 
 
+def test_an_increment_of_a_few_megabytes_is_one_file_not_one_a_core(spark, tmp_path):
+    # 100,000 new rows shuffle about 4 MB: adaptive execution's default coalescing keeps a
+    # partition per core (parallelism first, 1 MB each), and the run wrote a file per core.
+    folder = ParquetFolder(tmp_path / "events")
+    spec = make_spec(str(folder.path), source={"format": "parquet"}, strategy="append")
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    folder.drop(order_rows([(i, "placed", 1.0, at(1, 8)) for i in range(1, 20_001)]))
+    load(spark, spec, target, 1)
+    folder.drop(order_rows([(i, "placed", 1.0, at(2, 9)) for i in range(20_001, 120_001)]))
+
+    second = load(spark, spec, target, 2)
+
+    assert second.rows_inserted == 100_000
+    table = DeltaTable(target.path)
+    metrics = table.history(1)[0]["operationMetrics"]
+    assert int(metrics["numTargetFilesAdded"]) == 1, metrics
+    assert len(table.file_uris()) == 2  # the first load's, and the increment's
+
+
 def test_several_versions_of_a_key_in_one_batch_land_as_the_newest(
     spark, orders_source, target, tmp_path
 ):
