@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import warnings
 from collections.abc import Mapping
 
@@ -16,6 +15,7 @@ from pyspark.sql import SparkSession
 from incremental_assets.engine import jars
 from incremental_assets.engine.errors import SessionSettingError
 from incremental_assets.engine.spark import class_archive, runtime_conf
+from incremental_assets.engine.spark.cores import local_cores
 from incremental_assets.engine.spark.master import check_master
 
 # Settings without which results would differ from machine to machine.
@@ -65,12 +65,13 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.driver.memory": os.environ.get("INCREMENTAL_ASSETS_DRIVER_MEMORY", "4g"),
     "spark.sql.adaptive.enabled": "true",
-    # Adaptive execution merges a shuffle's small partitions, but by default keeps one a
-    # core ("parallelism first") of at least 1 MB: a 50,000-row increment (about 2 MB
-    # shuffled) was written as 2 files on 2 cores, as 8 on 8, so an appending table
-    # gained a file a core every run (after 30 runs at 5M, 27 files against 17). With
-    # partitions of at least 16 MB, an increment up to that size is one file, and a
-    # large write still runs a task a core.
+    # Adaptive execution merges a shuffle's small partitions, but by default keeps as many
+    # as there are cores, each at least 1 MB ("parallelism first"): a 50,000-row increment
+    # (about 2 MB shuffled) was written as 2 files on 2 cores, and would be 8 on 8. With
+    # partitions of at least 16 MB, an increment of up to 16 MB shuffled is one file (30
+    # append runs at 5M, compacted after runs 10 and 20: 27 files before, 17 after). A
+    # shuffle of less than 16 MB a core runs fewer tasks than there are cores: on 8
+    # cores, below 128 MB (docs/benchmark.md, "Files a run adds").
     "spark.sql.adaptive.coalescePartitions.minPartitionSize": "16m",
     # Delta rebuilds a table's state from its log in this many tasks (default 50): on a
     # few local cores, most of a small load's time went to them. A local master's own
@@ -105,29 +106,15 @@ LOCAL_DEFAULTS: dict[str, str] = {
 def spark_conf(overrides: dict[str, str] | None = None) -> dict[str, str]:
     """Local defaults, Delta Lake's extension, then ``overrides``, then the settings
     correctness depends on. A ``local`` master with fewer than 8 cores rebuilds Delta's
-    snapshots in as many tasks as it has cores, unless ``overrides`` says otherwise."""
+    snapshots in as many tasks as it has cores (engine/spark/cores.py), unless
+    ``overrides`` says otherwise."""
     conf = {**LOCAL_DEFAULTS, **DELTA_CONF, **(overrides or {}), **REQUIRED_CONF}
     cores = local_cores(conf["spark.master"])
     if cores is not None and SNAPSHOT_PARTITIONS not in (overrides or {}):
-        # Tasks beyond the cores queue behind them: on 2 cores, 2 tasks instead of 8 made
-        # a small run 0.87-0.88x (benchmarks/small_run_settings.py).
+        # Tasks beyond the cores queue behind them: on 2 cores the old fixed 8 made a small
+        # run 1.16x slower than 2 (benchmarks/small_run_settings.py).
         conf[SNAPSHOT_PARTITIONS] = str(min(int(LOCAL_DEFAULTS[SNAPSHOT_PARTITIONS]), cores))
     return conf
-
-
-def local_cores(master: str) -> int | None:
-    """The cores a ``local`` master runs tasks on (``local``: 1, ``local[N]`` and
-    ``local[N,F]``: N, ``local[*]``: the cores this process may use); None for any other
-    master (a cluster's, ``local-cluster[...]``)."""
-    found = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
-    if found is None:
-        return None
-    if found.group(1) is None:
-        return 1
-    if found.group(1) == "*":
-        usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        return max(1, len(usable) if usable else os.cpu_count() or 1)
-    return max(1, int(found.group(1)))
 
 
 def start_session(

@@ -20,7 +20,7 @@ from incremental_assets.engine.errors import (
     SparkMasterError,
     SparkRemoteError,
 )
-from incremental_assets.engine.spark import connectors, remote
+from incremental_assets.engine.spark import connectors, cores, remote
 from incremental_assets.engine.spark.settings import project_conf
 from incremental_assets.engine.spark_session import (
     REQUIRED_CONF,
@@ -169,12 +169,43 @@ def test_delta_rebuilds_snapshots_in_as_many_tasks_as_a_local_master_has_cores(
 
 def test_local_star_counts_the_cores_this_process_may_use(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(cores, "cgroup_cpu_limit", lambda root=None: None)
     path = tmp_path / "tables.yaml"
     path.write_text(
         f"{_WAREHOUSE}spark: {{master: 'local[*]'}}\ntables:{TABLE.format(source='./s')}"
     )
 
     assert project_conf(load_project(path))[SNAPSHOT_PARTITIONS] == "3"
+
+
+@pytest.mark.parametrize(
+    ("files", "limit"),
+    [
+        ({"cpu.max": "150000 100000\n"}, 2),
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_a_containers_cpu_limit_bounds_local_star_as_it_bounds_the_jvm(
+    tmp_path, monkeypatch, files, limit
+):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+
+    assert cores.cgroup_cpu_limit(tmp_path) == limit
+    assert cores.usable_cores(tmp_path) == (16 if limit is None else limit)
+
+
+def test_a_local_master_is_read_as_spark_reads_it():
+    masters = ["local[4, 2]", "local[*,3]", "local[ 3 ]", "local [2]", "locally"]
+
+    found = [cores.local_cores(m) for m in masters]
+
+    assert found == [4, cores.usable_cores(), None, None, None]
 
 
 def test_the_projects_snapshot_tasks_win_over_the_cores(tmp_path):

@@ -20,7 +20,7 @@ from incremental_assets.engine.load import interpreted
 from incremental_assets.engine.load import stage as stage_module
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
-from incremental_assets.engine.spark import key_ranges, runtime_conf
+from incremental_assets.engine.spark import cores, key_ranges, runtime_conf
 from incremental_assets.engine.strategies import rows as rows_module
 from incremental_assets_tests.builders import (
     ParquetFolder,
@@ -123,6 +123,8 @@ def test_rows_arriving_during_a_run_are_loaded_by_the_next_run(spark, tmp_path):
 def test_an_increment_of_a_few_megabytes_is_one_file_not_one_a_core(spark, tmp_path):
     # 100,000 new rows shuffle about 4 MB: adaptive execution's default coalescing keeps a
     # partition per core (parallelism first, 1 MB each), and the run wrote a file per core.
+    if cores.usable_cores() < 2:
+        pytest.skip("one core: Spark's default coalescing would write one file too")
     folder = ParquetFolder(tmp_path / "events")
     spec = make_spec(str(folder.path), source={"format": "parquet"}, strategy="append")
     target = DeltaTarget("orders", str(tmp_path / "target"))
