@@ -65,9 +65,9 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.driver.memory": os.environ.get("INCREMENTAL_ASSETS_DRIVER_MEMORY", "4g"),
     "spark.sql.adaptive.enabled": "true",
-    # Adaptive execution merges a shuffle's small partitions, but by default keeps as many
-    # as there are cores, each at least 1 MB ("parallelism first"): a 50,000-row increment
-    # (about 2 MB shuffled) was written as 2 files on 2 cores, and would be 8 on 8. With
+    # Adaptive execution merges a shuffle's small partitions, but by default aims at one a
+    # core, none smaller than 1 MB ("parallelism first"): a 50,000-row increment (about
+    # 2 MB shuffled) was written as 2 files on 2 cores; one of 8 MB would be 8 on 8. With
     # partitions of at least 16 MB, an increment of up to 16 MB shuffled is one file (30
     # append runs at 5M, compacted after runs 10 and 20: 27 files before, 17 after). A
     # shuffle of less than 16 MB a core runs fewer tasks than there are cores: on 8

@@ -121,8 +121,8 @@ def test_rows_arriving_during_a_run_are_loaded_by_the_next_run(spark, tmp_path):
 
 
 def test_an_increment_of_a_few_megabytes_is_one_file_not_one_a_core(spark, tmp_path):
-    # 100,000 new rows shuffle about 4 MB: adaptive execution's default coalescing keeps a
-    # partition per core (parallelism first, 1 MB each), and the run wrote a file per core.
+    # 100,000 new rows shuffle about 4 MB: adaptive execution's default coalescing aims at
+    # a partition a core (parallelism first, 1 MB at least): a file a core here.
     if cores.usable_cores() < 2:
         pytest.skip("one core: Spark's default coalescing would write one file too")
     folder = ParquetFolder(tmp_path / "events")
