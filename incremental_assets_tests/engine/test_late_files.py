@@ -132,6 +132,24 @@ def test_a_late_change_older_than_the_target_changes_nothing(spark, tmp_path):
     assert result.rows_by_partition == {f"{at(1):%Y-%m-%d}": 1}
 
 
+def test_a_folder_named_with_a_space_and_an_accent_has_its_late_files_read(spark, tmp_path):
+    # Spark lists such a folder's files unescaped, and reads them back by that name.
+    folder = ParquetFolder(tmp_path / "exports du jour" / "café feed")
+    spec = spec_for("hard", folder)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(feed((1, "a", "I", 10, at(2, 1))))
+    load(spark, spec, target, 2)
+    folder.drop(feed((2, "b", "I", 6, at(1, 2))))
+    assert pending(spark, spec, target).rows == 1
+
+    result = load(spark, spec, target, 2)
+
+    assert (result.files_late, result.rows_late) == (1, 1)
+    assert rows(target, "id", "name", "lsn") == [(1, "a", 10), (2, "b", 6)]
+    again = load(spark, spec, target, 2)
+    assert (again.files_late, again.rows_late) == (0, 0)
+
+
 def test_the_ledger_starts_with_a_target_loaded_before_it(spark, tmp_path):
     """Files present when the ledger begins are taken as covered (nothing is known of
     them): the run that starts it reads nothing late; files after it are read."""

@@ -19,6 +19,8 @@ from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.engine.unreadable import source_file_error
 from incremental_assets.specs import SourceSpec
 
+# A name that is a URI of its own (``file:/x``, ``s3a://b/x``), not one under the root.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
 
 
@@ -89,10 +91,10 @@ class FileSource(Source):
         # The file index Spark listed when the source was opened: no file is opened here,
         # and their sizes and times are listed once a run.
         if self._listed is None:
-            root = _hadoop_form(self._root_uri())
+            root = self._root_uri()
             listed = []
             for uri, size, modified in _listing(self._df, self.spec.path):
-                uri = _hadoop_form(uri)
+                uri = _plain(uri)
                 name = uri[len(root) :] if uri.startswith(root) else uri
                 listed.append(SourceFile(name, size, modified))
             self._listed = sorted(listed)
@@ -100,18 +102,20 @@ class FileSource(Source):
 
     def read_files(self, names: tuple[str, ...]) -> DataFrame:
         root = self._root_uri()
-        paths = [name if "://" in name else root + name for name in names]
+        paths = [name if _SCHEME.match(name) else root + name for name in names]
         # The opened source's schema, and its folder as the base of partition columns
         # (``key=value`` folders), so that the files read alone give the same columns.
         reader = self._reader().schema(self._df.schema).option("basePath", self.spec.path)
         return reader.load(paths)
 
     def _root_uri(self) -> str:
-        """``source.path`` as Spark names the files under it, ending in '/'."""
+        """``source.path`` as Spark lists the files under it and reads them back by name
+        (``file:/x/`` for a local folder, unescaped: a space or an accent as it is),
+        ending in '/'."""
         path = self.spec.path.rstrip("/")
         if "://" not in path:
-            path = Path(os.path.abspath(path)).as_uri()
-        return path + "/"
+            path = "file:" + Path(os.path.abspath(path)).as_posix()
+        return _plain(path) + "/"
 
 
 def _hadoop_form(uri: str) -> str:
