@@ -522,8 +522,9 @@ class DeltaTarget:
             rows = staged
             observation = None
             if increment is not None:
-                # Counted before the change set's filter below: an increment written once
-                # holds no delete (Strategy.once_given), so every row it counts is written.
+                # Counted before the change set's filter below, as a staged increment's
+                # rows are: its hard deletes with them (a new table holds no row for them,
+                # so rows_inserted counts only what is written).
                 observation = Observation(f"written_{uuid.uuid4().hex}")
                 rows = rows.observe(
                     observation, F.count(F.lit(1)).alias("rows"), *increment_counters
@@ -901,16 +902,21 @@ class Tombstones(SideTable):
             count = deletes.count()
         if count == 0:
             return 0
+        self.record_deletes(deletes, keys, watermark)
+        return count
+
+    def record_deletes(self, deletes: DataFrame, keys: list[str], watermark: str) -> None:
+        """Record ``deletes``: one row per key, its ``keys`` and the delete's ``watermark``
+        (a key's tombstone keeps its newest delete)."""
         record = delta_commits.record({"side_table": self.SUFFIX})
         path = self.location.spark_path
         if self._creating():
             delta_commits.append(deletes, path, record, options=table_options(deletes.columns))
-            return count
+            return
         wm = quote(watermark)
         clauses = [update(f"s.{wm} > t.{wm}"), insert()]
         with delta_commits.idempotent(deletes.sparkSession, None, None, record):
             run_merge(deletes.sparkSession, path, deletes, matching(keys), clauses, deletes.columns)
-        return count
 
 
 class ChangeLog(SideTable):

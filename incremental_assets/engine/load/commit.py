@@ -113,8 +113,10 @@ def _record_beside_target(
     if extracted.rows_quarantined:
         Quarantine(target).record(spark, extracted.quarantined_path, identity_of(strategy.spec))
     if extracted.increment is not None:
-        # Written once, as the table it creates: the strategy allowed it because it has
-        # nothing to record from staged rows (Strategy.once_given).
+        # Written once, as the table it creates: what the strategy records beside it was
+        # found in the window's rows (Strategy.once_beside).
+        if extracted.beside is not None:
+            strategy.record_once_beside_target(spark, target, extracted.beside)
         return
     strategy.record_beside_target(
         spark, target, extracted.staged_path, extracted.logged_path, extracted.staged_deletes

@@ -143,8 +143,8 @@ def _run_load(
         hook("committed")
         if written_once:
             # Written once: what its write counted. Its rows, if the count did not come
-            # back, are the rows the commit wrote (nothing of such an increment is
-            # filtered out on its way: Strategy.once_given).
+            # back, are the rows the commit wrote (short of a change set's hard deletes,
+            # which a new table holds no row for and the write leaves out).
             counted = {"rows": committed.rows_inserted, **committed.written}
             extracted = extracted.written(strategy, counted)
         by_partition = {}

@@ -87,6 +87,8 @@ class Extract:
     # (``written``). Until then the counts of the increment's write are empty (0).
     increment: DataFrame | None = None
     counters: tuple[Column, ...] = ()
+    # What a run that writes once records beside the target (``Strategy.once_beside``).
+    beside: DataFrame | None = None
 
     def written(self, strategy: Strategy, counted: dict) -> Extract:
         """This extract with what the write of its ``increment`` counted."""
@@ -162,6 +164,7 @@ def extract(
         partition_key=staged.partition_key,
         increment=staged.increment,
         counters=staged.counters,
+        beside=staged.beside,
         **written,
     )
 

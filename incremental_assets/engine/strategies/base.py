@@ -80,6 +80,8 @@ class Staged:
     # counting ``counters`` as it does (``written`` is empty until then). None: staged.
     increment: DataFrame | None = None
     counters: tuple[Column, ...] = ()
+    # What a run that writes once records beside the target (``Strategy.once_beside``).
+    beside: DataFrame | None = None
 
 
 class Strategy:
@@ -94,7 +96,8 @@ class Strategy:
     # as it is written.
     change_kinds: ClassVar[tuple[str, ...]] = ()
     # True when a run that creates the table may write its increment once, as the table
-    # (``writes_once``): the strategy records nothing beside the target from staged rows.
+    # (``writes_once``): whatever the strategy records beside the target it finds in the
+    # window's rows, not in the staged increment (``once_beside``).
     creates_in_one_write: ClassVar[bool] = False
 
     def __init__(self, spec: TableSpec, row_hash: int = transforms.LATEST_ROW_HASH) -> None:
@@ -226,9 +229,10 @@ class Strategy:
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
         quarantined = None
-        # Counted before anything is written (a run that may write once), else observed as
+        # Counted before anything is written (a run that writes once), else observed as
         # the increment is staged.
         counted: dict | None = None
+        beside: DataFrame | None = None
         observation: Observation | None = None
         if spec.quality.rules:
             if remote:
@@ -245,12 +249,14 @@ class Strategy:
                 rows = staged(rows, stage_root, "window")
         elif self.writes_once(state):
             # Counted before anything is written, in the pass that finds the key ranges:
-            # the commit writes the increment once, as the table, unless what was counted
-            # needs it staged (``once_given``).
+            # the commit writes the increment once, as the table, and records beside it
+            # what the strategy finds in the window's rows (``once_beside``).
             counters = extract_counters(spec, rows.columns) + self.once_counters()
             counters += span_counters(spec)
+            as_read = rows
             rows, counted = created_by_key(rows, spec.keys, counters)
             fail_on_bad_rows(spec, counted)
+            beside = self.once_beside(as_read, counted)
         else:
             # Observed above the shuffle: the pass that finds a created table's key ranges
             # runs the plan below it once more, and an observation there would count every
@@ -278,9 +284,14 @@ class Strategy:
                 counters += created_counters(key, spanned, tasks)
         if spec.keys:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
-        if counted is not None and self.once_given(counted):
+        if counted is not None:
             return Staged(
-                counted, [], partition_key=key, increment=increment, counters=tuple(counters)
+                counted,
+                [],
+                partition_key=key,
+                increment=increment,
+                counters=tuple(counters),
+                beside=beside,
             )
         written = write_counted(increment, f"{stage_root}/increment", *counters)
         if counted is not None:
@@ -308,15 +319,16 @@ class Strategy:
         )
 
     def once_counters(self) -> list[Column]:
-        """What else a run that may write once counts of the window's rows before it
-        writes (``once_given`` reads it)."""
+        """What else a run that writes once counts of the window's rows before it writes
+        (``once_beside`` reads it)."""
         return []
 
-    def once_given(self, counted: dict) -> bool:
-        """Whether, given what was counted of the window's rows (``once_counters``), the
-        increment is written once, as the table (else it is staged first, as a later
-        run's is)."""
-        return True
+    def once_beside(self, rows: DataFrame, counted: dict) -> DataFrame | None:
+        """The rows a run that writes its increment once records beside the target before
+        its commit (``record_once_beside_target``), found in the window's ``rows`` as
+        read (not reduced to the increment), given what was counted of them
+        (``once_counters``); None: nothing to record."""
+        return None
 
     def _above_cursor(self, window: Window, columns: list[str]) -> Column | None:
         """The condition of a staged row above the run's cursor, as far as a table's
@@ -373,6 +385,13 @@ class Strategy:
     ) -> None:
         """Side tables written before the target's commit (tombstones, a change log);
         ``staged_deletes``: the deletes the increment's write counted (None: not counted)."""
+
+    def record_once_beside_target(
+        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame
+    ) -> None:
+        """Record ``rows`` (``once_beside``) beside the target, before the commit of an
+        increment written once."""
+        raise NotImplementedError
 
     # -- result ----------------------------------------------------------------------------
 

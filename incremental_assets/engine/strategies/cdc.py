@@ -21,7 +21,7 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState,
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
 from incremental_assets.engine.strategies.base import Strategy, Transform
 from incremental_assets.engine.strategies.deletes import judge_deletes
-from incremental_assets.engine.transforms import LATEST_ROW_HASH
+from incremental_assets.engine.transforms import LATEST_ROW_HASH, quote
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.strategies import CdcStrategy
 
@@ -59,14 +59,33 @@ class Cdc(Strategy):
         return None
 
     def once_counters(self) -> list[Column]:
-        """Hard deletes: the window's deletes. Their tombstones are recorded from the
-        staged rows before the commit, so a first load with any is staged first."""
+        """Hard deletes: the window's deletes (none: no tombstone to find)."""
         if self.options.deletes != "hard":
             return []
         return [F.count(F.when(F.col(changes.OP) == "D", 1)).alias(_WINDOW_DELETES)]
 
-    def once_given(self, counted: dict) -> bool:
-        return not counted.get(_WINDOW_DELETES)
+    def once_beside(self, rows: DataFrame, counted: dict) -> DataFrame | None:
+        """Hard deletes in the window of a run that writes once: a tombstone for each key
+        the window deletes, at its newest delete, found in a pass of its own over the
+        window's keys, watermarks and operations (the table's rows are written once).
+
+        A key the window deletes and then inserts again keeps its tombstone, as when the
+        two changes come in two runs: it only holds back changes older than the delete,
+        which the newer row in the table holds back too, so the table is the same."""
+        if self.options.deletes != "hard" or not counted.get(_WINDOW_DELETES):
+            return None
+        spec = self.spec
+        wm = spec.watermark.column
+        return (
+            rows.filter(F.col(changes.OP) == "D")
+            .groupBy(*[F.col(quote(k)) for k in spec.keys])
+            .agg(F.max(F.col(quote(wm))).alias(wm))
+        )
+
+    def record_once_beside_target(
+        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame
+    ) -> None:
+        Tombstones(target).record_deletes(rows, list(self.spec.keys), self.spec.watermark.column)
 
     def merge_plan(self) -> MergePlan:
         spec = self.spec

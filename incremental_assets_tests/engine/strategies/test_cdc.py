@@ -86,12 +86,11 @@ def test_soft_delete_keeps_the_row_flagged_with_the_delete_time(spark, folder, t
 
 
 @pytest.mark.parametrize("deletes", ["hard", "soft"])
-def test_a_first_load_is_written_once_unless_its_hard_deletes_need_tombstones(
+def test_a_first_load_is_written_once_with_its_hard_deletes_tombstoned_from_the_window(
     spark, folder, tmp_path, deletes
 ):
-    # A first load is written once, as the table (nothing staged), except with hard
-    # deletes in its window: their tombstones are recorded from the staged rows before
-    # the commit. Either way the table and its counts are the same.
+    # A first load is written once, as the table (nothing staged), hard deletes or not:
+    # their tombstones are found in the window's rows and recorded before the commit.
     folder.drop(
         feed(
             (1, "a", "I", 1, at(1, 1)),
@@ -111,20 +110,20 @@ def test_a_first_load_is_written_once_unless_its_hard_deletes_need_tombstones(
     target = DeltaTarget("t", str(tmp_path / "target"))
     result = load(spark, spec, target, 1, hook=look)
 
-    assert staged == ([["increment"]] if deletes == "hard" else [[]])
+    assert staged == [[]]
     assert (result.rows_extracted, result.rows_staged) == (4, 3)
     # Counted from the rows it wrote, a first load's delete with them (as staged).
     assert result.rows_by_partition == {"2026-01-01": 3}
     if deletes == "hard":
         assert rows(target, "id", "name") == [(1, "a"), (3, "c")]
-        tombstones = DeltaTable(str(tmp_path / "target__tombstones")).to_pyarrow_table()
-        assert tombstones.num_rows == 1
+        assert tombstones(tmp_path / "target") == [(2, 3)]
     else:
         flagged = [(1, "a", False), (2, None, True), (3, "c", False)]
         assert rows(target, "id", "name", "is_deleted") == flagged
+        assert not Path(f"{target.path}__tombstones").exists()
     assert result.rows_inserted == (2 if deletes == "hard" else 3)
 
-    # A hard-delete feed whose first window holds no delete is written once.
+    # A hard-delete feed whose first window holds no delete records no tombstone.
     other = ParquetFolder(tmp_path / "other")
     other.drop(feed((1, "a", "I", 1, at(1, 1)), (1, "a2", "U", 2, at(1, 2))))
     staged.clear()
@@ -135,6 +134,50 @@ def test_a_first_load_is_written_once_unless_its_hard_deletes_need_tombstones(
     assert (once.rows_extracted, once.rows_staged, once.rows_inserted) == (2, 1, 1)
     assert rows(second, "id", "name") == [(1, "a2")]
     assert not Path(f"{second.path}__tombstones").exists()
+
+
+def test_a_key_deleted_then_inserted_again_in_a_first_load_ends_as_over_two_runs(spark, tmp_path):
+    # Written once, a first load finds its tombstones in the window's rows, so a key it
+    # deletes and then inserts again keeps the delete's tombstone, as it does when the
+    # two changes come in two runs. The tombstone only holds back changes older than the
+    # delete, which the newer row holds back too: replays and a later delete end the same.
+    events = [
+        (1, "a", "I", 1, at(1, 1)),
+        (2, "b", "I", 2, at(1, 1)),
+        (1, None, "D", 3, at(1, 2)),
+        (1, "back", "I", 5, at(2, 1)),
+        (2, "b2", "U", 6, at(2, 2)),
+    ]
+    ends = {}
+    for way in ("once", "two runs"):
+        folder = ParquetFolder(tmp_path / way / "feed")
+        folder.drop(feed(*events))
+        spec = cdc_spec(folder.path, deletes="hard")
+        target = DeltaTarget("t", str(tmp_path / way / "target"))
+        if way == "once":
+            first = load(spark, spec, target, 1, 2)
+            assert first.rows_staged == 2 and first.rows_inserted == 2
+        else:
+            load(spark, spec, target, 1)
+            load(spark, spec, target, 2)
+        seen = [(rows(target, "id", "name", "lsn"), tombstones(tmp_path / way / "target"))]
+        replay = load(spark, spec, target, 1, 2)  # every change again, older ones first
+        assert replay.rows_inserted + replay.rows_updated + replay.rows_deleted == 0
+        seen.append((rows(target, "id", "name", "lsn"), tombstones(tmp_path / way / "target")))
+        folder.drop(feed((1, None, "D", 7, at(3, 1))))
+        load(spark, spec, target, 3)
+        seen.append((rows(target, "id", "name", "lsn"), tombstones(tmp_path / way / "target")))
+        ends[way] = seen
+
+    assert ends["once"] == ends["two runs"]
+    assert ends["once"][0] == ([(1, "back", 5), (2, "b2", 6)], [(1, 3)])
+    assert ends["once"][2] == ([(2, "b2", 6)], [(1, 7)])
+
+
+def tombstones(target: Path) -> list[tuple]:
+    """A hard-delete table's tombstones: (id, lsn), sorted."""
+    table = DeltaTable(f"{target}__tombstones").to_pyarrow_table(columns=["id", "lsn"])
+    return sorted((r["id"], r["lsn"]) for r in table.to_pylist())
 
 
 def test_sqlserver_operation_codes_ignore_update_before_images(spark, tmp_path):
