@@ -80,7 +80,8 @@ class Staged:
     # counting ``counters`` as it does (``written`` is empty until then). None: staged.
     increment: DataFrame | None = None
     counters: tuple[Column, ...] = ()
-    # What a run that writes once records beside the target (``Strategy.once_beside``).
+    # What a run that writes once records beside the target before its commit
+    # (``Strategy.once_beside``; a history table: its new change-log events).
     beside: DataFrame | None = None
 
 
@@ -96,8 +97,8 @@ class Strategy:
     # as it is written.
     change_kinds: ClassVar[tuple[str, ...]] = ()
     # True when a run that creates the table may write its increment once, as the table
-    # (``writes_once``): whatever the strategy records beside the target it finds in the
-    # window's rows, not in the staged increment (``once_beside``).
+    # (``writes_once``): what the strategy records beside the target does not come from
+    # a staged increment (``Staged.beside``).
     creates_in_one_write: ClassVar[bool] = False
 
     def __init__(self, spec: TableSpec, row_hash: int = transforms.LATEST_ROW_HASH) -> None:

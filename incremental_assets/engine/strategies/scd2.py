@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from incremental_assets.engine import changes, history, quality, transforms, validation
+from incremental_assets.engine import changes, history, quality, staging, transforms, validation
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.merge_plan import (
     Clause,
@@ -55,6 +55,10 @@ HISTORY_KINDS = ("open", "close", "update", "remove")
 class Scd2(Strategy):
     kind = "scd2"
     change_kinds = HISTORY_KINDS
+    # A run that creates the table writes its versions once, as the table: its change
+    # log's new events are staged (the versions are computed from them) and appended
+    # from there before the commit (``Staged.beside``).
+    creates_in_one_write = True
 
     def __init__(self, spec: TableSpec, row_hash: int = LATEST_ROW_HASH) -> None:
         super().__init__(spec, row_hash)
@@ -176,13 +180,27 @@ class Scd2(Strategy):
         key = partition_key(spec, ordered.schema)
         counters = increment_counters(ordered.columns, self.change_kinds, key)
         counters += delta_io.range_counters(ordered.schema, first_key)
-        written = write_counted(ordered, f"{stage_root}/increment", *counters)
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)
+        logged_path = f"{stage_root}/new_changes" if fresh else None
+        if self.writes_once(state):
+            # Nothing reads the versions before the commit, which writes them as the
+            # table it creates (the staged ones would be written and read once more).
+            return Staged(
+                counts,
+                new_columns,
+                logged_path,
+                logged_rows=fresh,
+                partition_key=key,
+                increment=ordered,
+                counters=tuple(counters),
+                beside=staging.read(spark, logged_path) if logged_path else None,
+            )
+        written = write_counted(ordered, f"{stage_root}/increment", *counters)
         return Staged(
             counts,
             new_columns,
-            f"{stage_root}/new_changes" if fresh else None,
+            logged_path,
             written=written,
             logged_rows=fresh,
             partition_key=key,
@@ -213,6 +231,12 @@ class Scd2(Strategy):
         """The run's changes new to the change log."""
         if logged_path:
             ChangeLog(target).append(spark, logged_path)
+
+    def record_once_beside_target(
+        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame
+    ) -> None:
+        """The change log's new events (staged), before the versions are written once."""
+        ChangeLog(target).append_rows(rows, {"mergeSchema": "true"})
 
     def change_counts(self, written: dict) -> dict[str, int]:
         return change_counts(written, HISTORY_KINDS)

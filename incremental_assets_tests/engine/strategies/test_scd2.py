@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+import shutil
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError
+from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError, checks
 from incremental_assets.engine.reload import differences
 from incremental_assets_tests.builders import (
     DeltaSourceTable,
@@ -164,6 +165,51 @@ def test_history_from_snapshots_closes_vanished_keys(spark, tmp_path):
     ]
     assert second.changes == {"open": 2, "close": 2, "update": 0, "remove": 0}
     assert differences(spark, spec, target) == (0, 0)
+
+
+def test_a_first_load_writes_its_versions_once_and_its_change_log_beside_them(
+    spark, folder, tmp_path
+):
+    # The versions are not staged to be rewritten by the commit: the commit writes them
+    # as the table, after the new events are appended to the change log. A first load
+    # killed between the two (the log written, the table not) is loaded again from the
+    # logged events, to the same table.
+    events = [
+        (1, "a", "I", 1, at(1, 1)),
+        (2, "b", "I", 2, at(1, 1)),
+        (1, "a2", "U", 3, at(1, 2)),
+        (2, None, "D", 4, at(1, 3)),
+        (2, "b", "I", 5, at(1, 4)),
+        (2, "b", "I", 5, at(1, 4)),  # a duplicate event
+    ]
+    folder.drop(feed(*events))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    staging_root = tmp_path / "target__staging"
+    staged: list[list[str]] = []
+
+    def look(phase: str) -> None:
+        if phase == "staged":
+            staged.append(sorted(p.name for p in staging_root.glob("*/*")))
+
+    first = load(spark, spec, target, 1, hook=look)
+
+    assert staged == [["events", "new_changes", "versions"]]
+    expected = scd2_reference(events)
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == expected
+    assert first.changes == {"open": 4, "close": 0, "update": 0, "remove": 0}
+    assert (first.rows_extracted, first.rows_staged, first.rows_inserted) == (6, 4, 4)
+    assert first.rows_unchanged == 1  # the duplicate, not logged twice
+    assert checks.rows_reconciled(spec, first).passed
+    log = DeltaTable(f"{target.path}__changes").to_pyarrow_table(columns=["lsn"])
+    assert sorted(log.column("lsn").to_pylist()) == [1, 2, 3, 4, 5]
+    assert differences(spark, spec, target) == (0, 0)
+
+    shutil.rmtree(target.path)  # what a kill after the log's append leaves
+    again = load(spark, spec, target, 1)
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == expected
+    assert (again.rows_inserted, again.rows_unchanged) == (4, 6)
+    assert DeltaTable(f"{target.path}__changes").to_pyarrow_table().num_rows == 5
 
 
 def test_null_effective_time_fails_and_commits_nothing(spark, folder, tmp_path):
