@@ -132,9 +132,19 @@ def test_a_late_change_older_than_the_target_changes_nothing(spark, tmp_path):
     assert result.rows_by_partition == {f"{at(1):%Y-%m-%d}": 1}
 
 
-def test_a_folder_named_with_a_space_and_an_accent_has_its_late_files_read(spark, tmp_path):
-    # Spark lists such a folder's files unescaped, and reads them back by that name.
-    folder = ParquetFolder(tmp_path / "exports du jour" / "café feed")
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("exports du jour", "café feed"),
+        # A folder Spark wrote a partition value into: its ':' is spelled '%3A'.
+        ("feed", "hour=2026-01-02 00%3A00%3A00"),
+    ],
+    ids=["space and accent", "escaped partition value"],
+)
+def test_a_folder_whose_path_needs_escaping_has_its_late_files_read(spark, tmp_path, where):
+    # Spark lists such a folder's files unescaped (a '%' in a name as it is), and reads
+    # them back by that name.
+    folder = ParquetFolder(tmp_path.joinpath(*where))
     spec = spec_for("hard", folder)
     target = DeltaTarget("t", str(tmp_path / "target"))
     folder.drop(feed((1, "a", "I", 10, at(2, 1))))

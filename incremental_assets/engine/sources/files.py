@@ -94,7 +94,9 @@ class FileSource(Source):
             root = self._root_uri()
             listed = []
             for uri, size, modified in _listing(self._df, self.spec.path):
-                uri = _plain(uri)
+                # As listed: a '%' in a name is the name's own (Spark writes a partition
+                # value's ':' as '%3A'), and reading the file back needs it as it is.
+                uri = _hadoop_form(uri)
                 name = uri[len(root) :] if uri.startswith(root) else uri
                 listed.append(SourceFile(name, size, modified))
             self._listed = sorted(listed)
@@ -115,7 +117,7 @@ class FileSource(Source):
         path = self.spec.path.rstrip("/")
         if "://" not in path:
             path = "file:" + Path(os.path.abspath(path)).as_posix()
-        return _plain(path) + "/"
+        return _hadoop_form(path) + "/"
 
 
 def _hadoop_form(uri: str) -> str:
@@ -144,12 +146,14 @@ def _listing(df: DataFrame, root: str) -> list[tuple[str, int, int]]:
     return [
         (row.path, int(row.length), int(row.modified))
         for row in listed
-        if _plain(row.path) in wanted
+        if _hadoop_form(row.path) in wanted or _plain(row.path) in wanted
     ]
 
 
 def _plain(uri: str) -> str:
-    """A file URI in one form, whichever way Hadoop printed or escaped it."""
+    """A file URI in one form, whichever way Hadoop printed or escaped it: ``inputFiles``
+    escapes (a space as ``%20``, a name's own ``%3A`` as ``%253A``), the listing prints
+    names as they are."""
     return _hadoop_form(unquote(uri))
 
 
