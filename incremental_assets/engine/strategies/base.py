@@ -62,7 +62,8 @@ Transform = Callable[[DataFrame], DataFrame]
 class Staged:
     """What staging a window left: the counts observed as the rows were written, the
     columns new to the target, and (history tables) the path of the change-log events new
-    to the log. The increment itself is at ``<stage_root>/increment``; ``written``: what
+    to the log. The increment itself is at ``<stage_root>/increment`` (unless written
+    once: ``increment``); ``written``: what
     its write counted (``rows``, ``change:<kind>``, ``deletes``: see
     rows.increment_counters); ``quarantined``: rows diverted to
     ``<stage_root>/quarantine`` (None: no rule quarantines); ``logged_rows``: the events
@@ -306,12 +307,13 @@ class Strategy:
         )
 
     def writes_once(self, state: TargetState) -> bool:
-        """Whether this run, which stages nothing first (no quality rule, a window of a
-        file or Delta source), writes its increment once, as the table it creates, rather
+        """Whether this run writes its increment once, as the table it creates, rather
         than staged and then rewritten by its commit (a large first load or reload saves
         a write and a read of every row): when the strategy allows it, and no check of
         the staged rows comes before the commit (a sequence watermark's gaps read the
-        staged ids)."""
+        staged ids). ``stage`` asks it only of a run that stages nothing first (no
+        quality rule, a window of a file or Delta source); a history table asks it after
+        staging its events and versions."""
         return (
             self.creates_in_one_write
             and not state.exists

@@ -69,9 +69,10 @@ class Cdc(Strategy):
         the window deletes, at its newest delete, found in a pass of its own over the
         window's keys, watermarks and operations (the table's rows are written once).
 
-        A key the window deletes and then inserts again keeps its tombstone, as when the
-        two changes come in two runs: it only holds back changes older than the delete,
-        which the newer row in the table holds back too, so the table is the same."""
+        A key the window deletes and then inserts again (at a higher watermark) keeps its
+        tombstone, as when the two changes come in two runs: it only holds back changes
+        older than the delete, which the newer row in the table holds back too, so the
+        table is the same."""
         if self.options.deletes != "hard" or not counted.get(_WINDOW_DELETES):
             return None
         spec = self.spec
