@@ -390,6 +390,7 @@ def _history_reconciled(result: LoadResult) -> CheckOutcome:
         changes.get(k, 0) for k in ("open", "close", "update", "remove")
     )
     extracted, known = result.rows_extracted, result.rows_unchanged
+    recovered = result.events_recovered
     fresh = extracted - known
     ins, upd, dele = result.rows_inserted, result.rows_updated, result.rows_deleted
     problems = []
@@ -401,10 +402,13 @@ def _history_reconciled(result: LoadResult) -> CheckOutcome:
             f"{opened} opened, {closed} closed + {in_place} updated in place, "
             f"{replaced} replaced versions"
         )
-    if fresh == 0 and ins + upd + dele:
+    if fresh == 0 and ins + upd + dele and not recovered:
         problems.append(f"{ins + upd + dele} version rows written without a new event")
+    # Logged by a run that died before its commit: this run writes their versions.
+    uncommitted = f" (the log holds {recovered} by a run that did not commit)" if recovered else ""
     equation = (
-        f"extracted {extracted} = {fresh} new events + {known} already logged; versions: "
+        f"extracted {extracted} = {fresh} new events + {known} already logged{uncommitted}; "
+        "versions: "
         f"inserted {ins} = {opened} opened, updated {upd} = {closed} closed + {in_place} "
         f"in place, deleted {dele} = {replaced} replaced"
     )
@@ -413,6 +417,7 @@ def _history_reconciled(result: LoadResult) -> CheckOutcome:
         "rows_extracted": extracted,
         "events_new": fresh,
         "events_already_logged": known,
+        "events_recovered": recovered,
         "versions_opened": opened,
         "versions_closed": closed,
         "versions_updated_in_place": in_place,

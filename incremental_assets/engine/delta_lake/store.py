@@ -839,15 +839,20 @@ class SideTable:
             return None
         return self.location.to_spark(spark, holding=holding)
 
-    def append_rows(self, rows: DataFrame, options: Mapping[str, str] | None = None) -> None:
+    def append_rows(
+        self,
+        rows: DataFrame,
+        options: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         """Append ``rows`` in one commit (the first one creates the table, in a folder
-        checked first: ``_creating``)."""
+        checked first: ``_creating``), its record holding ``extra``."""
         creating = self._creating()  # checks the folder or the table; an append either way
         write = partial(
             delta_commits.append,
             rows,
             self.location.spark_path,
-            delta_commits.record({"side_table": self.SUFFIX}),
+            delta_commits.record({"side_table": self.SUFFIX, **(extra or {})}),
             options={**(options or {}), **table_options(rows.columns)},
         )
         if creating:
@@ -926,10 +931,35 @@ class ChangeLog(SideTable):
     logged, and recomputes the same versions, so the log never holds a change twice."""
 
     SUFFIX = "changes"
+    # The record's entry naming the target's commit sequence an append was made for.
+    FOR_SEQUENCE = "for_sequence"
+    # How far back the log's commits are read for appends the target does not hold.
+    _RECENT = 100
 
-    def append(self, spark: SparkSession, staged_path: str) -> None:
-        """Append the staged changes (the caller stages only a run that has some)."""
-        self.append_rows(staging.read(spark, staged_path), {"mergeSchema": "true"})
+    def append(self, rows: DataFrame, sequence: int) -> None:
+        """Append ``rows`` (a run's new events) for the target's commit at ``sequence``
+        (the caller appends only a run that has some)."""
+        self.append_rows(rows, {"mergeSchema": "true"}, {self.FOR_SEQUENCE: sequence})
+
+    def uncommitted(self, sequence: int) -> int:
+        """The events appended for a target commit at ``sequence`` or later, which the
+        target does not hold: the run that appended them died before its commit (or the
+        target was removed, to be loaded again from its source). Counted from the appends'
+        own metrics, over the log's last ``_RECENT`` commits; 0 when the log's newest
+        append was made for an earlier commit, or by a release that did not say."""
+        if not self.location.exists():
+            return 0
+        events = 0
+        for commit in self.location.open().history(self._RECENT):
+            record = delta_commits.parse(commit)
+            if record is None:  # maintenance (OPTIMIZE, VACUUM) or another writer
+                continue
+            made_for = record.get(self.FOR_SEQUENCE)
+            if made_for is None or int(made_for) < sequence:
+                break
+            metrics = commit.get("operationMetrics") or {}
+            events += int(metrics.get("numOutputRows", 0))
+        return events
 
 
 def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:

@@ -41,7 +41,7 @@ def commit(
     the run's metadata (with ``source_identity``, what the run read: the next run's source
     must be the same, see engine/sources/identity.py)."""
     spec = strategy.spec
-    _record_beside_target(spark, strategy, target, extracted)
+    _record_beside_target(spark, strategy, target, extracted, state.next_sequence)
     crash_point("before_commit")
     gaps, guard, report = extracted.gaps, extracted.guard, extracted.quality
     return target.commit(
@@ -104,7 +104,11 @@ def _above_cursor(spec: TableSpec, window: Window, extracted: Extract) -> bool:
 
 
 def _record_beside_target(
-    spark: SparkSession, strategy: Strategy, target: DeltaTarget, extracted: Extract
+    spark: SparkSession,
+    strategy: Strategy,
+    target: DeltaTarget,
+    extracted: Extract,
+    sequence: int,
 ) -> None:
     """Side tables are written before the target's commit: quarantined rows, and the
     strategy's own (hard-delete tombstones, a history table's new changes). Each, left by a
@@ -116,10 +120,15 @@ def _record_beside_target(
         # Written once, as the table it creates: what the strategy records beside it was
         # found in the window's rows (Strategy.once_beside).
         if extracted.beside is not None:
-            strategy.record_once_beside_target(spark, target, extracted.beside)
+            strategy.record_once_beside_target(spark, target, extracted.beside, sequence)
         return
     strategy.record_beside_target(
-        spark, target, extracted.staged_path, extracted.logged_path, extracted.staged_deletes
+        spark,
+        target,
+        extracted.staged_path,
+        extracted.logged_path,
+        extracted.staged_deletes,
+        sequence,
     )
 
 

@@ -47,6 +47,10 @@ class LoadResult:
     # open/close/update/remove versions) and the rows that needed no write.
     changes: dict[str, int] = field(default_factory=dict)
     unchanged: int | None = None
+    # History tables: events already logged, but by a run that died before its commit,
+    # whose versions this run wrote (ChangeLog.uncommitted; counted only when the run
+    # found no new event).
+    events_recovered: int = 0
     quality: quality.QualityReport | None = None
     # Landing tables: the files seen, loaded, waiting and quarantined (landing.LandingReport).
     landing: object | None = None
@@ -112,6 +116,7 @@ def result(
     gaps: Gaps | None = None,
     changes: dict[str, int] | None = None,
     unchanged: int | None = None,
+    events_recovered: int = 0,
     quality: quality.QualityReport | None = None,
     guard: GuardReport | None = None,
     out_of_range: OutOfRange | None = None,
@@ -147,6 +152,7 @@ def result(
         gaps=gaps,
         changes=dict(changes or {}),
         unchanged=unchanged,
+        events_recovered=events_recovered,
         quality=quality,
         guard=guard,
         out_of_range=out_of_range,

@@ -168,6 +168,7 @@ def _run_load(
         gaps=extracted.gaps,
         changes=extracted.changes,
         unchanged=extracted.unchanged,
+        events_recovered=extracted.events_recovered,
         quality=extracted.quality,
         guard=extracted.guard,
         out_of_range=probed.out_of_range,

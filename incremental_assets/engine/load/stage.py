@@ -89,6 +89,8 @@ class Extract:
     counters: tuple[Column, ...] = ()
     # What a run that writes once records beside the target (``Strategy.once_beside``).
     beside: DataFrame | None = None
+    # History tables: logged events of a target commit that never happened (Staged).
+    events_recovered: int = 0
 
     def written(self, strategy: Strategy, counted: dict) -> Extract:
         """This extract with what the write of its ``increment`` counted."""
@@ -165,6 +167,7 @@ def extract(
         increment=staged.increment,
         counters=staged.counters,
         beside=staged.beside,
+        events_recovered=staged.recovered,
         **written,
     )
 

@@ -84,6 +84,9 @@ class Staged:
     # What a run that writes once records beside the target before its commit
     # (``Strategy.once_beside``; a history table: its new change-log events).
     beside: DataFrame | None = None
+    # History tables whose run found every event logged: the events among them that a run
+    # appended to the log for a target commit that never happened (ChangeLog.uncommitted).
+    recovered: int = 0
 
 
 class Strategy:
@@ -385,15 +388,17 @@ class Strategy:
         staged_path: str,
         logged_path: str | None,
         staged_deletes: int | None = None,
+        sequence: int = 0,
     ) -> None:
         """Side tables written before the target's commit (tombstones, a change log);
-        ``staged_deletes``: the deletes the increment's write counted (None: not counted)."""
+        ``staged_deletes``: the deletes the increment's write counted (None: not counted);
+        ``sequence``: the target's commit sequence the run commits at."""
 
     def record_once_beside_target(
-        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame
+        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0
     ) -> None:
         """Record ``rows`` (``once_beside``) beside the target, before the commit of an
-        increment written once."""
+        increment written once (at commit ``sequence``)."""
         raise NotImplementedError
 
     # -- result ----------------------------------------------------------------------------

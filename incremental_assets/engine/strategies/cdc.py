@@ -84,7 +84,7 @@ class Cdc(Strategy):
         )
 
     def record_once_beside_target(
-        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame
+        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0
     ) -> None:
         Tombstones(target).record_deletes(rows, list(self.spec.keys), self.spec.watermark.column)
 
@@ -109,6 +109,7 @@ class Cdc(Strategy):
         staged_path: str,
         logged_path: str | None,
         staged_deletes: int | None = None,
+        sequence: int = 0,
     ) -> None:
         """Hard deletes: their tombstones (none to write, and no job to find it, when the
         increment's write counted no delete)."""

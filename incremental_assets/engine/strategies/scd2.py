@@ -183,6 +183,13 @@ class Scd2(Strategy):
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)
         logged_path = f"{stage_root}/new_changes" if fresh else None
+        # Every event logged: a replay, or the recovery of a run that logged them and died
+        # before its commit, whose versions this run writes.
+        recovered = (
+            ChangeLog(target).uncommitted(state.next_sequence)
+            if not fresh and logged is not None and int(counts.get("rows") or 0)
+            else 0
+        )
         if self.writes_once(state):
             # Nothing reads the versions before the commit, which writes them as the
             # table it creates (the staged ones would be written and read once more).
@@ -195,6 +202,7 @@ class Scd2(Strategy):
                 increment=ordered,
                 counters=tuple(counters),
                 beside=staging.read(spark, logged_path) if logged_path else None,
+                recovered=recovered,
             )
         written = write_counted(ordered, f"{stage_root}/increment", *counters)
         return Staged(
@@ -204,6 +212,7 @@ class Scd2(Strategy):
             written=written,
             logged_rows=fresh,
             partition_key=key,
+            recovered=recovered,
         )
 
     # -- commit and result -----------------------------------------------------------------
@@ -227,16 +236,18 @@ class Scd2(Strategy):
         staged_path: str,
         logged_path: str | None,
         staged_deletes: int | None = None,
+        sequence: int = 0,
     ) -> None:
-        """The run's changes new to the change log."""
+        """The run's changes new to the change log, appended for the commit at
+        ``sequence`` (a later run that finds them there uncommitted says so: Staged.recovered)."""
         if logged_path:
-            ChangeLog(target).append(spark, logged_path)
+            ChangeLog(target).append(staging.read(spark, logged_path), sequence)
 
     def record_once_beside_target(
-        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame
+        self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0
     ) -> None:
         """The change log's new events (staged), before the versions are written once."""
-        ChangeLog(target).append_rows(rows, {"mergeSchema": "true"})
+        ChangeLog(target).append(rows, sequence)
 
     def change_counts(self, written: dict) -> dict[str, int]:
         return change_counts(written, HISTORY_KINDS)

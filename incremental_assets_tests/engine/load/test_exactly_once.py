@@ -272,10 +272,11 @@ class ChildProject:
             raise AssertionError(done.stdout[-3000:] + done.stderr[-3000:])
         return done.returncode
 
-    def rerun_here(self, partition: str) -> None:
+    def rerun_here(self, partition: str) -> dict[str, dg.AssetCheckEvaluation]:
         """Materialize ``partition`` again in this process: the same tables (a file beside
         the child's, with this session's settings), the same instance, the dead run's pool
-        slot freed first (``dg.materialize`` runs Dagster's own executor)."""
+        slot freed first (``dg.materialize`` runs Dagster's own executor). Returns the
+        run's asset check evaluations, by name."""
         here = self.root / "here.yaml"
         here.write_text(
             f"warehouse:\n  root: ./warehouse\n{spark_section(SESSION_CONF)}"
@@ -292,6 +293,7 @@ class ChildProject:
                 resources=defs.resources,
             )
         assert result.success
+        return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.root / "home"))
@@ -387,7 +389,7 @@ def child(request, tmp_path, spark) -> ChildProject:
     indirect=["child"],
 )
 def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, point, spark):
-    version, tombstones = child.version(), child.tombstones()
+    version, tombstones, logged = child.version(), child.tombstones(), child.logged_changes()
 
     code = child.materialize(CRASH_DAY, crash_at=point)
 
@@ -401,8 +403,12 @@ def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, 
     staging_root = Path(f"{child.target.path}__staging")
     assert staging_left(staging_root)  # the killed run's folder, on the warehouse
 
-    child.rerun_here(CRASH_DAY)
+    checks = child.rerun_here(CRASH_DAY)
     child.assert_rerun_freed(dead_run)
+    # The re-run's own checks hold: an SCD2 re-run finds the day's events logged (none
+    # new) and still writes their versions, which its reconciliation accounts for.
+    assert "rows_reconciled" in checks
+    assert {n: e.description for n, e in checks.items() if not e.passed} == {}
     assert staging_left(staging_root) == []  # removed by the next run
     assert_equals_reference(child, spark)
     last = child.last_metadata()
@@ -411,6 +417,9 @@ def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, 
     assert reported == counts(child.first_day_rows, child.table.expected(), identity)
     if isinstance(child.table, CdcCustomerHistory):  # every change logged exactly once
         assert child.logged_changes() == len(child.table.delivered)
+        said = {k: v.value for k, v in checks["rows_reconciled"].metadata.items()}
+        crash_day_events = child.logged_changes() - logged
+        assert (said["events_new"], said["events_recovered"]) == (0, crash_day_events)
 
 
 # Hard-delete CDC recovers through the same commit record as soft-delete CDC (its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -210,6 +211,16 @@ def test_a_first_load_writes_its_versions_once_and_its_change_log_beside_them(
     assert rows(target, "id", "name", "lsn", *VERSION[2:]) == expected
     assert (again.rows_inserted, again.rows_unchanged) == (4, 6)
     assert DeltaTable(f"{target.path}__changes").to_pyarrow_table().num_rows == 5
+    # No event is new, and versions were written: the log's events were appended for a
+    # commit the table does not hold, and reconciliation says so instead of failing.
+    assert again.events_recovered == 5
+    assert checks.rows_reconciled(spec, again).passed
+    assert "by a run that did not commit" in checks.rows_reconciled(spec, again).description
+    unexplained = checks.rows_reconciled(spec, replace(again, events_recovered=0))
+    assert "4 version rows written without a new event" in unexplained.description
+    replay = load(spark, spec, target, 1)  # every event logged, and committed
+    assert (replay.events_recovered, replay.rows_inserted, replay.rows_updated) == (0, 0, 0)
+    assert checks.rows_reconciled(spec, replay).passed
 
 
 def test_null_effective_time_fails_and_commits_nothing(spark, folder, tmp_path):
