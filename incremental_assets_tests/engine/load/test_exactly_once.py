@@ -3,8 +3,8 @@ is SIGKILLed at a named point of the load (``after_extract``; ``before_commit``,
 hard-delete CDC table's tombstones are written but its merge is not; ``after_commit``),
 then re-run, for an upsert table, for CDC tables with hard and with soft deletes, and for
 an SCD2 history of the CDC feed (``before_commit``: its change log written, its merge not);
-each point with the tables whose writes before it differ (six tests; each starts two
-Spark applications).
+each point with the tables whose writes before it differ, and a first load killed before
+the commit that creates its table (eight tests; each starts two Spark applications).
 
 Each table is seeded with its first day in this process (the engine's load, and a Dagster
 record of it), so every test starts only the child process it is about: the killed run (it
@@ -144,11 +144,11 @@ class CdcCustomers:
     def cursor(self) -> int:
         return max(e[3] for e in self.delivered)
 
-    def deleted_on_crash_day(self) -> dict[int, int]:
-        """Keys whose newest change of day 2 is a delete, with its LSN: the tombstones the
-        crashed run writes (hard deletes)."""
+    def deleted_on(self, day: int) -> dict[int, int]:
+        """Keys whose newest change of ``day`` is a delete, with its LSN: tombstones a run
+        of that day writes (hard deletes)."""
         newest: dict[int, tuple] = {}
-        for event in self.days[1]:
+        for event in self.days[day - 1]:
             newest[event[0]] = event
         return {k: e[3] for k, e in newest.items() if e[2] == "D"}
 
@@ -169,7 +169,7 @@ class CdcCustomerHistory(CdcCustomers):
     def identity(self, row: tuple) -> tuple:
         return (row[0], row[3])  # a version: its key and valid_from
 
-    def deleted_on_crash_day(self) -> dict[int, int]:
+    def deleted_on(self, day: int) -> dict[int, int]:
         return {}  # a delete closes a version; no tombstones
 
 
@@ -372,6 +372,14 @@ def child(request, tmp_path, spark) -> ChildProject:
     return project
 
 
+@pytest.fixture
+def unloaded(request, tmp_path) -> ChildProject:
+    """A project whose table was never loaded, its first day waiting."""
+    project = ChildProject(tmp_path, TABLES[request.param](tmp_path))
+    project.table.deliver(1)
+    return project
+
+
 @pytest.mark.parametrize(
     ("child", "point"),
     [
@@ -396,7 +404,7 @@ def test_kill_before_the_delta_commit_commits_nothing_and_rerun_is_exact(child, 
     assert code == -signal.SIGKILL
     assert child.version() == version
     if point == "before_commit" and isinstance(child.table, CdcCustomers):
-        tombstones = {**tombstones, **child.table.deleted_on_crash_day()}
+        tombstones = {**tombstones, **child.table.deleted_on(2)}
     assert child.tombstones() == tombstones  # after_extract: not yet written
     assert len(child.materializations()) == 1
     dead_run = child.assert_killed_run_held_its_slot()
@@ -447,3 +455,33 @@ def test_kill_after_delta_commit_before_dagster_records_it_is_recovered_on_rerun
     assert last["watermark_after"].value == format_value(child.table.cursor())
     assert (last["rows_inserted"].value, last["rows_updated"].value) == (0, 0)
     assert last["rows_deleted"].value == 0
+
+
+# A first load writes its rows once, as the table it creates, after what it records beside
+# the table: a hard-delete CDC table's tombstones, found in the window's rows; an SCD2
+# table's change log. Killed between the two, it leaves no table and those side tables.
+@pytest.mark.parametrize("unloaded", ["cdc_hard", "scd2"], indirect=True)
+def test_kill_before_a_first_loads_commit_leaves_no_table_and_rerun_is_exact(unloaded, spark):
+    child = unloaded
+
+    code = child.materialize(FIRST_DAY, crash_at="before_commit")
+
+    assert code == -signal.SIGKILL
+    assert not child.target.exists()
+    recorded = (child.tombstones(), child.logged_changes())
+    if isinstance(child.table, CdcCustomerHistory):
+        assert recorded == ({}, len(child.table.delivered))  # every event, once
+    else:  # every key whose last change of the day deletes it (and those deleted, then
+        # inserted again)
+        assert child.table.deleted_on(1)
+        assert child.table.deleted_on(1).items() <= recorded[0].items()
+        assert recorded[1] == 0
+    dead_run = child.assert_killed_run_held_its_slot()
+
+    checks = child.rerun_here(FIRST_DAY)
+    child.assert_rerun_freed(dead_run)
+
+    assert {n: e.description for n, e in checks.items() if not e.passed} == {}
+    assert_equals_reference(child, spark)
+    assert (child.tombstones(), child.logged_changes()) == recorded  # nothing twice
+    assert child.version() == 0  # the table, created once
