@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.engine.changes import OP
 from incremental_assets.engine.snapshots import CHANGE
-from incremental_assets.engine.transforms import ROW_HASH, quote
+from incremental_assets.engine.transforms import KEY_RANGE, ROW_HASH, quote
 
 _DELETE, _GROUP, _STATE = "_ia_is_delete", "_ia_group", "_ia_state"
 
@@ -59,6 +59,7 @@ def default_tracked(columns: Sequence[str], untracked: Sequence[str]) -> tuple[s
 
 
 Stage = Callable[[DataFrame, str], DataFrame]
+Shuffle = Callable[[DataFrame], DataFrame]
 
 
 def history_changes(
@@ -67,6 +68,7 @@ def history_changes(
     stored: DataFrame | None,
     columns: HistoryColumns,
     stage: Stage = lambda rows, _name: rows,
+    ranges: Shuffle | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """The staged change set for the target, and the events new to the log.
 
@@ -78,12 +80,20 @@ def history_changes(
     ``stage(rows, name)`` materializes an intermediate result that later steps read more
     than once ("new_changes": the new events, in key order, as the log keeps them;
     "versions": the touched keys' recomputed history) and returns it read back.
+
+    ``ranges``: a run with no log and no table to compare with (a first load) whose
+    ``events`` arrive shuffled into ranges of the first key (a ``KEY_RANGE`` column,
+    engine/spark/key_ranges.py); ``ranges(rows)`` shuffles other rows into the same
+    ranges. Its events are then deduplicated and staged with no other shuffle, and its
+    versions computed from them in one shuffle into those ranges, where they stay: not
+    staged, since only the write of the table they create reads them.
     """
+    if ranges is not None:
+        assert logged is None and stored is None, "ranges are for a first load only"
+        return _first_changes(events, columns, stage, ranges)
     keys = list(columns.keys)
     touched = events.select(*keys).distinct()
-    # The same values at another time are another event (a snapshot's row hash leaves the
-    # snapshot time out).
-    event_id = list(dict.fromkeys([*keys, columns.effective, columns.order, ROW_HASH, OP]))
+    event_id = _event_id(columns)
     fresh = events.dropDuplicates(event_id)
     known = logged.join(touched, on=keys, how="left_semi") if logged is not None else None
     if known is not None:
@@ -98,9 +108,32 @@ def history_changes(
     return _difference(recomputed, held, columns), fresh
 
 
-def versions(events: DataFrame, columns: HistoryColumns) -> DataFrame:
-    """The history the events imply: business columns, row hash and validity columns."""
+def _first_changes(
+    events: DataFrame, columns: HistoryColumns, stage: Stage, ranges: Shuffle
+) -> tuple[DataFrame, DataFrame]:
+    """``history_changes`` of a first load whose events are shuffled into key ranges."""
     keys = [F.col(quote(k)) for k in columns.keys]
+    # The range is a function of the first key: deduplicating within it needs no shuffle.
+    event_id = [*_event_id(columns), KEY_RANGE]
+    fresh = events.dropDuplicates(event_id).drop(KEY_RANGE).sortWithinPartitions(*keys)
+    fresh = stage(fresh, "new_changes")
+    recomputed = versions(ranges(fresh), columns, within=(KEY_RANGE,))
+    return _difference(recomputed, None, columns), fresh
+
+
+def _event_id(columns: HistoryColumns) -> list[str]:
+    """What tells one event from another (the same values at another time are another
+    event: a snapshot's row hash leaves the snapshot time out)."""
+    keys = list(columns.keys)
+    return list(dict.fromkeys([*keys, columns.effective, columns.order, ROW_HASH, OP]))
+
+
+def versions(events: DataFrame, columns: HistoryColumns, within: Sequence[str] = ()) -> DataFrame:
+    """The history the events imply: business columns, row hash and validity columns.
+    ``within``: columns the events are already shuffled on, each a function of the keys
+    (a key range): every per-key step is made within them, with no shuffle of its own;
+    they are left out of the result."""
+    keys = [F.col(quote(k)) for k in (*columns.keys, *within)]
     effective, order = F.col(quote(columns.effective)), F.col(quote(columns.order))
     is_delete = F.col(OP) == "D"
     same_time = Window.partitionBy(*keys, effective).orderBy(
@@ -120,7 +153,7 @@ def versions(events: DataFrame, columns: HistoryColumns) -> DataFrame:
         .withColumn("_ia_start", starts)
         .withColumn(_GROUP, F.sum("_ia_start").over(running))
     )
-    values = [c for c in events.columns if c not in (*columns.keys, OP)]
+    values = [c for c in events.columns if c not in (*columns.keys, OP, *within)]
     newest = F.max_by(
         F.struct(*[F.col(quote(c)) for c in values]),
         F.struct(effective, order, F.col(ROW_HASH)),
@@ -137,7 +170,7 @@ def versions(events: DataFrame, columns: HistoryColumns) -> DataFrame:
         grouped.withColumn(columns.valid_to, next_start)
         .filter(~F.col(_DELETE))
         .select(
-            *keys,
+            *[F.col(quote(k)) for k in columns.keys],
             *[F.col("_ia_values").getField(c).alias(c) for c in values],
             F.col(quote(columns.valid_from)),
             F.col(quote(columns.valid_to)),

@@ -18,6 +18,8 @@ shuffle partition count is not a number (Databricks' ``auto``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -30,6 +32,9 @@ _SEED = 42
 _MASK = 0xFFFFFFFF
 
 
+Shuffle = Callable[[DataFrame], DataFrame]
+
+
 def ranged(rows: DataFrame, key: str, *also: Column) -> tuple[DataFrame | None, dict]:
     """``rows`` with a ``KEY_RANGE`` column, hash-shuffled on it so that partition ``i``
     holds the ``i``-th range of ``key``; None where this does not apply (the caller then
@@ -37,13 +42,20 @@ def ranged(rows: DataFrame, key: str, *also: Column) -> tuple[DataFrame | None, 
     shuffle partition count Spark decides itself. Then the values of the aggregates
     ``also`` (each named with ``alias``), counted in the pass that finds the ranges'
     bounds: empty when no pass was made."""
+    shuffle, found = ranges_of(rows, key, *also)
+    return (shuffle(rows) if shuffle is not None else None), found
+
+
+def ranges_of(rows: DataFrame, key: str, *also: Column) -> tuple[Shuffle | None, dict]:
+    """``ranged``, as the shuffle it makes: it gives any rows with ``key`` the same
+    ranges, found in ``rows`` (the same key goes to the same partition)."""
     partitions = shuffle_partitions(rows.sparkSession)
     column = F.col(quote(key))
     position = _position(rows.schema[key].dataType, column)
     if partitions is None or position is None:
         return None, {}
     if partitions == 1:
-        return rows.withColumn(KEY_RANGE, F.lit(0)).repartition(1, F.col(KEY_RANGE)), {}
+        return _shuffled_on(F.lit(0), 1), {}
     fractions = [i / partitions for i in range(1, partitions)]
     # Two jobs (agg) rather than one observed write: a window read through deletion
     # vectors cannot be observed under a write command (aggregates.py).
@@ -55,7 +67,17 @@ def ranged(rows: DataFrame, key: str, *also: Column) -> tuple[DataFrame | None, 
         return None, found
     values = bucket_values(partitions)
     bucket = _bucket(position, [float(b) for b in bounds], values, 0, len(bounds))
-    return rows.withColumn(KEY_RANGE, bucket).repartition(F.col(KEY_RANGE)), found
+    return _shuffled_on(bucket), found
+
+
+def _shuffled_on(bucket: Column, partitions: int | None = None) -> Shuffle:
+    def shuffle(rows: DataFrame) -> DataFrame:
+        ranged = rows.withColumn(KEY_RANGE, bucket)
+        if partitions is None:
+            return ranged.repartition(F.col(KEY_RANGE))
+        return ranged.repartition(partitions, F.col(KEY_RANGE))
+
+    return shuffle
 
 
 def shuffle_partitions(spark: SparkSession) -> int | None:

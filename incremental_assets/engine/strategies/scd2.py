@@ -26,11 +26,14 @@ from incremental_assets.engine.delta_lake.store import ChangeLog, DeltaTarget, T
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
+from incremental_assets.engine.spark import key_ranges
+from incremental_assets.engine.spark.aggregates import aggregated
 from incremental_assets.engine.strategies.base import Staged, Strategy, Transform, by_key
 from incremental_assets.engine.strategies.cdc import Cdc
 from incremental_assets.engine.strategies.rows import (
     change_counts,
     checked_in_time,
+    extract_counters,
     fail_on_bad_rows,
     increment_counters,
     observed,
@@ -41,7 +44,7 @@ from incremental_assets.engine.strategies.rows import (
 )
 from incremental_assets.engine.strategies.snapshot import Snapshot, refuse_repeated_keys
 from incremental_assets.engine.strategies.upsert import Upsert
-from incremental_assets.engine.transforms import LATEST_ROW_HASH
+from incremental_assets.engine.transforms import KEY_RANGE, LATEST_ROW_HASH
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.models import SNAPSHOT_AT
@@ -105,7 +108,9 @@ class Scd2(Strategy):
     ) -> Staged:
         """Stage a history table's run in two steps: the window's change events, then,
         from them, the versions to write (``increment``) and the events new to the change
-        log (``new_changes``)."""
+        log (``new_changes``). A first load (``_first_of_all``) stages only the latter:
+        its events are counted in the pass that finds the key ranges and read once, and
+        its versions are written once, as the table."""
         spec = self.spec
         scd2 = self.options
         if self.changes.reads_whole_source:
@@ -130,10 +135,17 @@ class Scd2(Strategy):
             )
         first_key = spec.keys[0]
         events_written: dict = {}
+        ranges: key_ranges.Shuffle | None = None
         if spec.quality.rules:
             # Rules are evaluated in this job, under quality.rule_timeout.
             events, observation = checked_in_time(spark, spec, rows, stage_root, "events")
             events = events.drop(quality.FAILED)
+            counts = observation.get
+        elif self._first_of_all(state, target, remote):
+            # Nothing to compare with, so the events are read only once: counted first, in
+            # the pass that finds the key ranges, then shuffled into them (not staged).
+            ranges, counts = _key_ranges(spec, rows)
+            events = ranges(rows)
         else:
             observed_rows, observation = observed(spec, rows)
             events, events_written = staged_counted(
@@ -142,7 +154,7 @@ class Scd2(Strategy):
                 "events",
                 *delta_io.range_counters(observed_rows.schema, first_key),
             )
-        counts = observation.get
+            counts = observation.get
         fail_on_bad_rows(spec, counts)
 
         columns = history_columns(spec, events.columns)
@@ -174,9 +186,13 @@ class Scd2(Strategy):
             written_rows[name] = counted["rows"]
             return found
 
-        increment, _ = history.history_changes(events, logged, stored, columns, stage=stage)
+        increment, _ = history.history_changes(
+            events, logged, stored, columns, stage=stage, ranges=ranges
+        )
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        ordered = by_key(increment, spec.keys, not state.exists).sortWithinPartitions(*key_columns)
+        if ranges is None:  # else already in the ranges it is written in
+            increment = by_key(increment, spec.keys, not state.exists)
+        ordered = increment.sortWithinPartitions(*key_columns)
         key = partition_key(spec, ordered.schema)
         counters = increment_counters(ordered.columns, self.change_kinds, key)
         counters += delta_io.range_counters(ordered.schema, first_key)
@@ -213,6 +229,17 @@ class Scd2(Strategy):
             logged_rows=fresh,
             partition_key=key,
             recovered=recovered,
+        )
+
+    def _first_of_all(self, state: TargetState, target: DeltaTarget, remote: bool) -> bool:
+        """Whether the run creates the table and finds no change log either (a first
+        load, not the re-run of one killed after the log's append), and reads its window
+        once from files (a database's window is staged first, a snapshot diffed)."""
+        return (
+            self.writes_once(state)
+            and not remote
+            and not self.changes.reads_whole_source
+            and not ChangeLog(target).location.exists()
         )
 
     # -- commit and result -----------------------------------------------------------------
@@ -264,6 +291,24 @@ def _versions(newer: str) -> tuple[Clause, ...]:
         update(f"s.{changes.OP} = 'U'"),
         insert(f"s.{changes.OP} = 'U'"),
     )
+
+
+def _key_ranges(spec: TableSpec, rows: DataFrame) -> tuple[key_ranges.Shuffle, dict]:
+    """How a first load's rows are shuffled into ranges of the first key (each file of
+    the table it creates then covers a narrow range), and the window's counts
+    (``extract_counters``), taken in the pass that finds the ranges or in one of their
+    own."""
+    counters = extract_counters(spec, rows.columns)
+    shuffle, counted = key_ranges.ranges_of(rows, spec.keys[0], *counters)
+    if not counted:
+        counted = aggregated(rows, *counters, one_job=False)
+    if shuffle is None:  # Spark's range partitioner (keys of other types)
+        by_keys = [F.col(transforms.quote(k)) for k in spec.keys]
+
+        def shuffle(rows: DataFrame) -> DataFrame:
+            return rows.withColumn(KEY_RANGE, F.lit(0)).repartitionByRange(*by_keys)
+
+    return shuffle, counted
 
 
 def _of(rows: DataFrame, keys: DataFrame, names: list[str]) -> DataFrame:

@@ -195,7 +195,8 @@ def test_a_first_load_writes_its_versions_once_and_its_change_log_beside_them(
 
     first = load(spark, spec, target, 1, hook=look)
 
-    assert staged == [["events", "new_changes", "versions"]]
+    # Neither the events (read once, shuffled into key ranges) nor the versions.
+    assert staged == [["new_changes"]]
     expected = scd2_reference(events)
     assert rows(target, "id", "name", "lsn", *VERSION[2:]) == expected
     assert first.changes == {"open": 4, "close": 0, "update": 0, "remove": 0}
@@ -221,6 +222,39 @@ def test_a_first_load_writes_its_versions_once_and_its_change_log_beside_them(
     replay = load(spark, spec, target, 1)  # every event logged, and committed
     assert (replay.events_recovered, replay.rows_inserted, replay.rows_updated) == (0, 0, 0)
     assert checks.rows_reconciled(spec, replay).passed
+
+
+def test_a_first_load_keyed_by_text_is_shuffled_by_sparks_range_partitioner(
+    spark, folder, tmp_path
+):
+    # A text key has no numeric ranges to compute: the first load's events and versions
+    # are shuffled by Spark's own range partitioner, to the same history.
+    spec = make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        keys=["email"],
+        strategy={"kind": "scd2", "tracked": ["city"]},
+    )
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(
+        customers(
+            (1, "Oslo", "a@x", at(1, 1)),
+            (1, "Bergen", "a@x", at(1, 2)),
+            (2, "Rome", "b@x", at(1, 1)),
+            (2, "Rome", "b@x", at(1, 1)),  # a duplicate event
+        )
+    )
+
+    first = load(spark, spec, target, 1)
+
+    assert rows(target, "email", "city", "valid_from", "valid_to", "is_current") == [
+        ("a@x", "Bergen", at(1, 2), None, True),
+        ("a@x", "Oslo", at(1, 1), at(1, 2), False),
+        ("b@x", "Rome", at(1, 1), None, True),
+    ]
+    assert (first.changes["open"], first.rows_unchanged) == (3, 1)
+    assert checks.rows_reconciled(spec, first).passed
+    assert DeltaTable(f"{target.path}__changes").to_pyarrow_table().num_rows == 3
 
 
 def test_null_effective_time_fails_and_commits_nothing(spark, folder, tmp_path):
