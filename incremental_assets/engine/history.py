@@ -23,12 +23,22 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    AtomicType,
+    DataType,
+    NullType,
+    StructField,
+    StructType,
+    VariantType,
+)
 
 from incremental_assets.engine.changes import OP
 from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.transforms import KEY_RANGE, ROW_HASH, quote
 
-_DELETE, _GROUP, _STATE = "_ia_is_delete", "_ia_group", "_ia_state"
+_DELETE, _STATE, _RANK = "_ia_is_delete", "_ia_state", "_ia_rank"
+_STARTS, _ENDS = "_ia_starts", "_ia_ends"
 
 
 @dataclass(frozen=True)
@@ -132,51 +142,58 @@ def versions(events: DataFrame, columns: HistoryColumns, within: Sequence[str] =
     """The history the events imply: business columns, row hash and validity columns.
     ``within``: columns the events are already shuffled on, each a function of the keys
     (a key range): every per-key step is made within them, with no shuffle of its own;
-    they are left out of the result."""
+    they are left out of the result.
+
+    One sort orders each key's events by time, and every later step reads them in that
+    order: a version is a run of events in the same state (deleted, or the same tracked
+    values), and holds the values of its last event; it starts at its first event's time
+    and ends at the next run's."""
     keys = [F.col(quote(k)) for k in (*columns.keys, *within)]
     effective, order = F.col(quote(columns.effective)), F.col(quote(columns.order))
-    is_delete = F.col(OP) == "D"
     same_time = Window.partitionBy(*keys, effective).orderBy(
         F.col(_DELETE).desc(), order.desc(), F.col(ROW_HASH).desc()
     )
-    tracked = F.xxhash64(F.to_json(F.struct(*[F.col(quote(c)) for c in columns.tracked])))
-    state = F.when(F.col(_DELETE), F.lit("D")).otherwise(tracked.cast("string"))
     by_time = Window.partitionBy(*keys).orderBy(effective)
-    previous = F.lag(F.col(_STATE)).over(by_time)
-    starts = (previous.isNull() | (previous != F.col(_STATE))).cast("int")
     running = by_time.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    staged = (
-        events.withColumn(_DELETE, is_delete)
-        .withColumn("_ia_rank", F.row_number().over(same_time))
-        .filter(F.col("_ia_rank") == 1)
+    tracked = F.struct(*[_comparable(events.schema[c]) for c in columns.tracked])
+    state = F.struct(F.col(_DELETE).alias("deleted"), F.when(~F.col(_DELETE), tracked))
+    previous, following = F.lag(F.col(_STATE)).over(by_time), F.lead(F.col(_STATE)).over(by_time)
+    first_of_run = previous.isNull() | ~previous.eqNullSafe(F.col(_STATE))
+    last_of_run = following.isNull() | ~following.eqNullSafe(F.col(_STATE))
+    valid_from, valid_to = columns.valid_from, columns.valid_to
+    runs = (
+        events.withColumn(_DELETE, F.col(OP) == "D")
+        .withColumn(_RANK, F.row_number().over(same_time))
+        .filter(F.col(_RANK) == 1)  # one event at a time: a delete, then the newest
         .withColumn(_STATE, state)
-        .withColumn("_ia_start", starts)
-        .withColumn(_GROUP, F.sum("_ia_start").over(running))
+        .withColumn(_STARTS, F.when(first_of_run, effective))
+        .withColumn(_ENDS, last_of_run)
+        .withColumn(valid_to, F.lead(effective).over(by_time))
+        .withColumn(valid_from, F.max(F.col(_STARTS)).over(running))
     )
     values = [c for c in events.columns if c not in (*columns.keys, OP, *within)]
-    newest = F.max_by(
-        F.struct(*[F.col(quote(c)) for c in values]),
-        F.struct(effective, order, F.col(ROW_HASH)),
+    return runs.filter(F.col(_ENDS) & ~F.col(_DELETE)).select(
+        *[F.col(quote(k)) for k in columns.keys],
+        *[F.col(quote(c)) for c in values],
+        F.col(quote(valid_from)),
+        F.col(quote(valid_to)),
+        F.col(quote(valid_to)).isNull().alias(columns.is_current),
     )
-    grouped = staged.groupBy(*keys, F.col(_GROUP)).agg(
-        F.min(effective).alias(columns.valid_from),
-        F.max(F.col(_DELETE)).alias(_DELETE),
-        newest.alias("_ia_values"),
-    )
-    next_start = F.lead(F.col(quote(columns.valid_from))).over(
-        Window.partitionBy(*keys).orderBy(F.col(quote(columns.valid_from)))
-    )
-    return (
-        grouped.withColumn(columns.valid_to, next_start)
-        .filter(~F.col(_DELETE))
-        .select(
-            *[F.col(quote(k)) for k in columns.keys],
-            *[F.col("_ia_values").getField(c).alias(c) for c in values],
-            F.col(quote(columns.valid_from)),
-            F.col(quote(columns.valid_to)),
-            F.col(quote(columns.valid_to)).isNull().alias(columns.is_current),
-        )
-    )
+
+
+def _comparable(field: StructField) -> Column:
+    """A tracked column as its state compares it: as it is, or as JSON text where Spark
+    cannot compare its type (a map, a variant)."""
+    column = F.col(quote(field.name))
+    return column if _orderable(field.dataType) else F.to_json(column).alias(field.name)
+
+
+def _orderable(data_type: DataType) -> bool:
+    if isinstance(data_type, StructType):
+        return all(_orderable(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _orderable(data_type.elementType)
+    return isinstance(data_type, (AtomicType, NullType)) and not isinstance(data_type, VariantType)
 
 
 def _difference(

@@ -257,6 +257,29 @@ def test_a_first_load_keyed_by_text_is_shuffled_by_sparks_range_partitioner(
     assert DeltaTable(f"{target.path}__changes").to_pyarrow_table().num_rows == 3
 
 
+def test_a_tracked_map_column_opens_a_version_when_its_entries_change(spark, folder, tmp_path):
+    # Spark cannot compare maps: their state is compared as JSON text.
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("tags", pa.map_(pa.string(), pa.string())),
+            ("updated_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    spec = make_spec(str(folder.path), source={"format": "parquet"}, keys=["id"], strategy="scd2")
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    tags = {1: [("a", "1")], 2: [("a", "1")], 3: [("a", "2")]}
+    events = [{"id": 1, "tags": t, "updated_at": at(1, hour)} for hour, t in tags.items()]
+    folder.drop(pa.Table.from_pylist(events, schema))
+
+    load(spark, spec, target, 1)
+
+    assert rows(target, "id", "valid_from", "valid_to", "is_current") == [
+        (1, at(1, 1), at(1, 3), False),  # the same entries at 02:00: one version
+        (1, at(1, 3), None, True),
+    ]
+
+
 def test_null_effective_time_fails_and_commits_nothing(spark, folder, tmp_path):
     spec = cdc_history_spec(folder.path)
     target = DeltaTarget("t", str(tmp_path / "target"))
