@@ -301,7 +301,9 @@ def rows_reconciled(spec: TableSpec, result: LoadResult) -> CheckOutcome:
       so extracted rows do not partition into written rows. Checked: extracted = new
       events + events already logged (or repeated), the merge's inserted = versions opened,
       updated = closed + updated in place, deleted = replaced, and no version is written
-      when no event was new.
+      when no event was new, unless the run recovers events logged for a commit the
+      table does not hold (``events_recovered``: a run killed after the log's append, or
+      a table created from a log that already holds its events).
     """
     if spec.history:
         return _history_reconciled(result)
@@ -404,8 +406,9 @@ def _history_reconciled(result: LoadResult) -> CheckOutcome:
         )
     if fresh == 0 and ins + upd + dele and not recovered:
         problems.append(f"{ins + upd + dele} version rows written without a new event")
-    # Logged by a run that died before its commit: this run writes their versions.
-    uncommitted = f" (the log holds {recovered} by a run that did not commit)" if recovered else ""
+    # Logged for a commit the table does not hold (by a run killed after the log's append,
+    # or before the table was created anew): this run writes their versions.
+    uncommitted = f" ({recovered} logged for a commit the table does not hold)" if recovered else ""
     equation = (
         f"extracted {extracted} = {fresh} new events + {known} already logged{uncommitted}; "
         "versions: "

@@ -93,10 +93,12 @@ def history_changes(
 
     ``ranges``: a run with no log and no table to compare with (a first load) whose
     ``events`` arrive shuffled into ranges of the first key (a ``KEY_RANGE`` column,
-    engine/spark/key_ranges.py); ``ranges(rows)`` shuffles other rows into the same
-    ranges. Its events are then deduplicated and staged with no other shuffle, and its
-    versions computed from them in one shuffle into those ranges, where they stay: not
-    staged, since only the write of the table they create reads them.
+    engine/spark/key_ranges.py); ``ranges(rows)`` shuffles other rows into ranges of
+    the keys too (the same ones where they were computed from numbers; Spark's range
+    partitioner samples its own for keys of other types). Its events are then
+    deduplicated and staged with no other shuffle, and its versions computed from them
+    in one shuffle into key ranges, where they stay: not staged, since only the write of
+    the table they create reads them.
     """
     if ranges is not None:
         assert logged is None and stored is None, "ranges are for a first load only"
@@ -113,7 +115,9 @@ def history_changes(
         fresh.repartitionByRange(*key_columns).sortWithinPartitions(*key_columns), "new_changes"
     )
     every = known.unionByName(fresh, allowMissingColumns=True) if known is not None else fresh
-    recomputed = stage(versions(every, columns), "versions")
+    # Shuffled by key first: every step of ``versions`` then reads the same partitions,
+    # in one sort (its first window alone would shuffle by key and time).
+    recomputed = stage(versions(every.repartition(*key_columns), columns), "versions")
     held = stored.join(touched, on=keys, how="left_semi") if stored is not None else None
     return _difference(recomputed, held, columns), fresh
 

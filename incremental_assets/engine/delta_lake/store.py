@@ -942,11 +942,12 @@ class ChangeLog(SideTable):
         self.append_rows(rows, {"mergeSchema": "true"}, {self.FOR_SEQUENCE: sequence})
 
     def uncommitted(self, sequence: int) -> int:
-        """The events appended for a target commit at ``sequence`` or later, which the
-        target does not hold: the run that appended them died before its commit (or the
-        target was removed, to be loaded again from its source). Counted from the appends'
-        own metrics, over the log's last ``_RECENT`` commits; 0 when the log's newest
-        append was made for an earlier commit, or by a release that did not say."""
+        """The events appended for the target's commit at ``sequence`` (its next), which
+        the target does not hold: a run that appended them died before its commit (runs
+        killed one after another at that sequence each appended what was new to them).
+        Counted from the appends' own metrics, over the newest of the log's last
+        ``_RECENT`` commits; 0 when the newest append was made for another commit, or by
+        a release that did not say."""
         if not self.location.exists():
             return 0
         events = 0
@@ -955,7 +956,7 @@ class ChangeLog(SideTable):
             if record is None:  # maintenance (OPTIMIZE, VACUUM) or another writer
                 continue
             made_for = record.get(self.FOR_SEQUENCE)
-            if made_for is None or int(made_for) < sequence:
+            if made_for is None or int(made_for) != sequence:
                 break
             metrics = commit.get("operationMetrics") or {}
             events += int(metrics.get("numOutputRows", 0))

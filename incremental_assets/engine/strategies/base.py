@@ -315,8 +315,9 @@ class Strategy:
         a write and a read of every row): when the strategy allows it, and no check of
         the staged rows comes before the commit (a sequence watermark's gaps read the
         staged ids). ``stage`` asks it only of a run that stages nothing first (no
-        quality rule, a window of a file or Delta source); a history table asks it after
-        staging its events and versions."""
+        quality rule, a window of a file or Delta source); a history table asks it before
+        staging its events (when it finds no change log either, it stages none: see
+        Scd2.stage), and writes its versions once either way."""
         return (
             self.creates_in_one_write
             and not state.exists

@@ -200,12 +200,15 @@ class Scd2(Strategy):
         fresh = written_rows.get("new_changes", 0)
         logged_path = f"{stage_root}/new_changes" if fresh else None
         # Every event logged: a replay, or the recovery of a run that logged them and died
-        # before its commit, whose versions this run writes.
-        recovered = (
-            ChangeLog(target).uncommitted(state.next_sequence)
-            if not fresh and logged is not None and int(counts.get("rows") or 0)
-            else 0
-        )
+        # before its commit, whose versions this run writes. A run that creates the table
+        # finds every logged event uncommitted (the table was removed, or its first load
+        # killed after the log's append).
+        extracted = int(counts.get("rows") or 0)
+        recovered = 0
+        if not fresh and logged is not None and extracted:
+            recovered = (
+                ChangeLog(target).uncommitted(state.next_sequence) if state.exists else extracted
+            )
         if self.writes_once(state):
             # Nothing reads the versions before the commit, which writes them as the
             # table it creates (the staged ones would be written and read once more).
@@ -302,7 +305,8 @@ def _key_ranges(spec: TableSpec, rows: DataFrame) -> tuple[key_ranges.Shuffle, d
     shuffle, counted = key_ranges.ranges_of(rows, spec.keys[0], *counters)
     if not counted:
         counted = aggregated(rows, *counters, one_job=False)
-    if shuffle is None:  # Spark's range partitioner (keys of other types)
+    if shuffle is None:  # Spark's range partitioner (keys of other types: it samples the
+        # rows of each shuffle for bounds of its own, so the ranges may differ)
         by_keys = [F.col(transforms.quote(k)) for k in spec.keys]
 
         def shuffle(rows: DataFrame) -> DataFrame:

@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError, checks
+from incremental_assets.engine.delta_lake.store import ChangeLog
 from incremental_assets.engine.reload import differences
 from incremental_assets_tests.builders import (
     DeltaSourceTable,
@@ -214,14 +215,30 @@ def test_a_first_load_writes_its_versions_once_and_its_change_log_beside_them(
     assert DeltaTable(f"{target.path}__changes").to_pyarrow_table().num_rows == 5
     # No event is new, and versions were written: the log's events were appended for a
     # commit the table does not hold, and reconciliation says so instead of failing.
-    assert again.events_recovered == 5
+    assert again.events_recovered == 6  # every extracted event: the table is new
     assert checks.rows_reconciled(spec, again).passed
-    assert "by a run that did not commit" in checks.rows_reconciled(spec, again).description
+    assert (
+        "6 logged for a commit the table does not hold"
+        in checks.rows_reconciled(spec, again).description
+    )
     unexplained = checks.rows_reconciled(spec, replace(again, events_recovered=0))
     assert "4 version rows written without a new event" in unexplained.description
     replay = load(spark, spec, target, 1)  # every event logged, and committed
     assert (replay.events_recovered, replay.rows_inserted, replay.rows_updated) == (0, 0, 0)
     assert checks.rows_reconciled(spec, replay).passed
+
+
+def test_the_change_log_counts_as_uncommitted_only_appends_for_the_tables_next_commit(
+    spark, tmp_path
+):
+    log = ChangeLog(DeltaTarget("t", str(tmp_path / "target")))
+    events = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
+    log.append(events, 3)  # for the table's commit 3, by a run killed before it
+    log.append(events.limit(1), 3)  # then by a second one, which found one more event
+
+    assert log.uncommitted(3) == 3
+    assert log.uncommitted(4) == 0  # commit 3 happened since
+    assert log.uncommitted(0) == 0  # a table loaded anew (its log holds older appends)
 
 
 def test_a_first_load_keyed_by_text_is_shuffled_by_sparks_range_partitioner(
