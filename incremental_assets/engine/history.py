@@ -127,11 +127,13 @@ def _first_changes(
 ) -> tuple[DataFrame, DataFrame]:
     """``history_changes`` of a first load whose events are shuffled into key ranges."""
     keys = [F.col(quote(k)) for k in columns.keys]
-    # The range is a function of the first key: deduplicating within it needs no shuffle.
-    event_id = [*_event_id(columns), KEY_RANGE]
+    # The range (where there is one) is a function of the first key: deduplicating within
+    # it needs no shuffle (nor does it within Spark's ranges of the keys).
+    within = [KEY_RANGE] if KEY_RANGE in events.columns else []
+    event_id = [*_event_id(columns), *within]
     fresh = events.dropDuplicates(event_id).drop(KEY_RANGE).sortWithinPartitions(*keys)
     fresh = stage(fresh, "new_changes")
-    recomputed = versions(ranges(fresh), columns, within=(KEY_RANGE,))
+    recomputed = versions(ranges(fresh), columns, within=within)
     return _difference(recomputed, None, columns), fresh
 
 

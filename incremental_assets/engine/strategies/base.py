@@ -453,12 +453,27 @@ def created_by_key(
     """``by_key`` for a run that creates the table (the range column kept), with the
     values of ``counters`` (aggregates, each named with ``alias``) counted in the pass
     that finds the key ranges, or in one of their own where there is none."""
-    found, counted = key_ranges.ranged(rows, keys[0], *counters)
+    shuffle, counted = created_ranges(rows, keys, counters)
+    return shuffle(rows), counted
+
+
+def created_ranges(
+    rows: DataFrame, keys: list[str], counters: list[Column]
+) -> tuple[key_ranges.Shuffle, dict]:
+    """``created_by_key`` as the shuffle it makes, for other rows of the same keys too:
+    into the ranges found in ``rows`` (a ``KEY_RANGE`` column), or, for keys of other
+    types, by Spark's range partitioner (which samples each shuffle's rows for bounds of
+    its own, so the ranges may differ)."""
+    shuffle, counted = key_ranges.ranges_of(rows, keys[0], *counters)
     if not counted:
         counted = aggregated(rows, *counters, one_job=False)
-    if found is None:
-        found = rows.repartitionByRange(*[F.col(transforms.quote(k)) for k in keys])
-    return found, counted
+    if shuffle is None:
+        by_keys = [F.col(transforms.quote(k)) for k in keys]
+
+        def shuffle(rows: DataFrame) -> DataFrame:
+            return rows.repartitionByRange(*by_keys)
+
+    return shuffle, counted
 
 
 def window_keys(rows: DataFrame, keys: list[str]) -> list[str]:

@@ -27,8 +27,13 @@ from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.spark import key_ranges
-from incremental_assets.engine.spark.aggregates import aggregated
-from incremental_assets.engine.strategies.base import Staged, Strategy, Transform, by_key
+from incremental_assets.engine.strategies.base import (
+    Staged,
+    Strategy,
+    Transform,
+    by_key,
+    created_ranges,
+)
 from incremental_assets.engine.strategies.cdc import Cdc
 from incremental_assets.engine.strategies.rows import (
     change_counts,
@@ -44,7 +49,7 @@ from incremental_assets.engine.strategies.rows import (
 )
 from incremental_assets.engine.strategies.snapshot import Snapshot, refuse_repeated_keys
 from incremental_assets.engine.strategies.upsert import Upsert
-from incremental_assets.engine.transforms import KEY_RANGE, LATEST_ROW_HASH
+from incremental_assets.engine.transforms import LATEST_ROW_HASH
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.models import SNAPSHOT_AT
@@ -144,7 +149,7 @@ class Scd2(Strategy):
         elif self._first_of_all(state, target, remote):
             # Nothing to compare with, so the events are read only once: counted first, in
             # the pass that finds the key ranges, then shuffled into them (not staged).
-            ranges, counts = _key_ranges(spec, rows)
+            ranges, counts = created_ranges(rows, spec.keys, extract_counters(spec, rows.columns))
             events = ranges(rows)
         else:
             observed_rows, observation = observed(spec, rows)
@@ -294,25 +299,6 @@ def _versions(newer: str) -> tuple[Clause, ...]:
         update(f"s.{changes.OP} = 'U'"),
         insert(f"s.{changes.OP} = 'U'"),
     )
-
-
-def _key_ranges(spec: TableSpec, rows: DataFrame) -> tuple[key_ranges.Shuffle, dict]:
-    """How a first load's rows are shuffled into ranges of the first key (each file of
-    the table it creates then covers a narrow range), and the window's counts
-    (``extract_counters``), taken in the pass that finds the ranges or in one of their
-    own."""
-    counters = extract_counters(spec, rows.columns)
-    shuffle, counted = key_ranges.ranges_of(rows, spec.keys[0], *counters)
-    if not counted:
-        counted = aggregated(rows, *counters, one_job=False)
-    if shuffle is None:  # Spark's range partitioner (keys of other types: it samples the
-        # rows of each shuffle for bounds of its own, so the ranges may differ)
-        by_keys = [F.col(transforms.quote(k)) for k in spec.keys]
-
-        def shuffle(rows: DataFrame) -> DataFrame:
-            return rows.withColumn(KEY_RANGE, F.lit(0)).repartitionByRange(*by_keys)
-
-    return shuffle, counted
 
 
 def _of(rows: DataFrame, keys: DataFrame, names: list[str]) -> DataFrame:
