@@ -39,6 +39,8 @@ from incremental_assets.engine.transforms import KEY_RANGE, ROW_HASH, quote
 
 _DELETE, _STATE, _RANK = "_ia_is_delete", "_ia_state", "_ia_rank"
 _STARTS, _ENDS = "_ia_starts", "_ia_ends"
+# The comparison with the table: a held version's columns, prefixed, and which side holds it.
+_HELD, _HELD_ROW, _RECOMPUTED = "_ia_held_", "_ia_held", "_ia_recomputed"
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,15 @@ def history_changes(
     """The staged change set for the target, and the events new to the log.
 
     ``events`` are this run's change rows (business columns, ``_ia_row_hash``, ``_ia_op``);
-    ``logged`` the change log and ``stored`` the target's rows (None when absent). The
-    change set holds the target's columns plus ``_ia_op`` ('U' write the version, 'D'
-    remove it) and ``_ia_change`` (open, close, update, remove).
+    ``logged`` the change log's and ``stored`` the target's rows of the keys ``events``
+    touch (None when absent; rows of other keys would be taken as history the run
+    removes). The change set holds the target's columns plus ``_ia_op`` ('U' write the
+    version, 'D' remove it) and ``_ia_change`` (open, close, update, remove).
 
     ``stage(rows, name)`` materializes an intermediate result that later steps read more
-    than once ("new_changes": the new events, in key order, as the log keeps them;
-    "versions": the touched keys' recomputed history) and returns it read back.
+    than once ("new_changes": the new events, in key order, as the log keeps them) and
+    returns it read back. The touched keys' recomputed history is read once, by the
+    comparison with ``stored`` (one full join on each version's identity).
 
     ``ranges``: a run with no log and no table to compare with (a first load) whose
     ``events`` arrive shuffled into ranges of the first key (a ``KEY_RANGE`` column,
@@ -104,22 +108,19 @@ def history_changes(
         assert logged is None and stored is None, "ranges are for a first load only"
         return _first_changes(events, columns, stage, ranges)
     keys = list(columns.keys)
-    touched = events.select(*keys).distinct()
     event_id = _event_id(columns)
     fresh = events.dropDuplicates(event_id)
-    known = logged.join(touched, on=keys, how="left_semi") if logged is not None else None
-    if known is not None:
-        fresh = fresh.join(known.select(*event_id), on=event_id, how="left_anti")
+    if logged is not None:
+        fresh = fresh.join(logged.select(*event_id), on=event_id, how="left_anti")
     key_columns = [F.col(quote(k)) for k in keys]
     fresh = stage(
         fresh.repartitionByRange(*key_columns).sortWithinPartitions(*key_columns), "new_changes"
     )
-    every = known.unionByName(fresh, allowMissingColumns=True) if known is not None else fresh
+    every = logged.unionByName(fresh, allowMissingColumns=True) if logged is not None else fresh
     # Shuffled by key first: every step of ``versions`` then reads the same partitions,
     # in one sort (its first window alone would shuffle by key and time).
-    recomputed = stage(versions(every.repartition(*key_columns), columns), "versions")
-    held = stored.join(touched, on=keys, how="left_semi") if stored is not None else None
-    return _difference(recomputed, held, columns), fresh
+    recomputed = versions(every.repartition(*key_columns), columns)
+    return _difference(recomputed, stored, columns), fresh
 
 
 def _first_changes(
@@ -205,41 +206,38 @@ def _orderable(data_type: DataType) -> bool:
 def _difference(
     recomputed: DataFrame, stored: DataFrame | None, columns: HistoryColumns
 ) -> DataFrame:
+    """The versions to write (recomputed ones the table does not hold as they are) and to
+    remove (held ones history no longer has), in one full join on each version's
+    identity: a removed version keeps the values the table holds."""
     if stored is None:
         return recomputed.withColumn(OP, F.lit("U")).withColumn(CHANGE, F.lit("open"))
     identity = columns.identity
+    kept = [c for c in stored.columns if c not in identity]
     held = stored.select(
-        *identity,
-        F.col(quote(columns.valid_to)).alias("_ia_held_to"),
-        F.col(ROW_HASH).alias("_ia_held_hash"),
-        F.lit(True).alias("_ia_held"),
+        *[F.col(quote(c)) for c in identity],
+        *[F.col(quote(c)).alias(_HELD + c) for c in kept],
+        F.lit(True).alias(_HELD_ROW),
     )
-    joined = recomputed.join(held, on=identity, how="left")
-    unchanged = (
-        F.col("_ia_held").isNotNull()
-        & (F.col("_ia_held_hash") == F.col(ROW_HASH))
-        & F.col("_ia_held_to").eqNullSafe(F.col(quote(columns.valid_to)))
-    )
-    written = (
-        joined.filter(~unchanged)
-        .withColumn(OP, F.lit("U"))
-        .withColumn(CHANGE, _kind_of_write(columns))
-        .drop("_ia_held_to", "_ia_held_hash", "_ia_held")
-    )
-    removed = (
-        stored.join(recomputed.select(*identity), on=identity, how="left_anti")
-        .withColumn(OP, F.lit("D"))
-        .withColumn(CHANGE, F.lit("remove"))
-    )
-    return written.unionByName(removed, allowMissingColumns=True).select(
-        *[F.col(quote(c)) for c in written.columns]
-    )
+    joined = recomputed.withColumn(_RECOMPUTED, F.lit(True)).join(held, on=identity, how="full")
+    is_new, is_held = F.col(_RECOMPUTED).isNotNull(), F.col(_HELD_ROW).isNotNull()
+    valid_to, held_to = F.col(quote(columns.valid_to)), F.col(quote(_HELD + columns.valid_to))
+    same = (F.col(quote(_HELD + ROW_HASH)) == F.col(ROW_HASH)) & held_to.eqNullSafe(valid_to)
+    unchanged = is_new & is_held & F.coalesce(same, F.lit(False))
 
+    def value(name: str) -> Column:
+        if name in identity or name not in kept:
+            return F.col(quote(name))
+        return F.when(is_new, F.col(quote(name))).otherwise(F.col(quote(_HELD + name)))
 
-def _kind_of_write(columns: HistoryColumns) -> Column:
-    closes = F.col(quote(columns.valid_to)).isNotNull() & F.col("_ia_held_to").isNull()
-    return (
-        F.when(F.col("_ia_held").isNull(), F.lit("open"))
+    closes = valid_to.isNotNull() & held_to.isNull()
+    change = (
+        F.when(~is_new, F.lit("remove"))
+        .when(~is_held, F.lit("open"))
         .when(closes, F.lit("close"))
         .otherwise(F.lit("update"))
+    )
+    return joined.filter(~unchanged).select(
+        *[value(c).alias(c) for c in recomputed.columns],
+        F.when(is_new, F.lit("U")).otherwise(F.lit("D")).alias(OP),
+        change.alias(CHANGE),
     )

@@ -84,6 +84,10 @@ class MergePlan:
     # matches none rewrites no file): a run whose rows are all newer than every row of
     # the table merges them in one pass, whatever the table (``DeltaTarget.commit``).
     newer_acts: bool = False
+    # Every staged row acts: the increment is the difference between what the target
+    # should hold and what it held when it was staged (a history's versions written or
+    # removed), so the MERGE reads the staged rows in one pass (``merges_in_one_pass``).
+    every_row_acts: bool = False
 
     @property
     def writes_by_merge_only(self) -> bool:
@@ -186,6 +190,7 @@ def merge_plan(
     identity: Sequence[str] | None = None,
     acts: str = "TRUE",
     newer_acts: bool = False,
+    every_row_acts: bool = False,
 ) -> MergePlan:
     """A plan matching target rows by ``identity`` (default: the keys), with the
     ``clauses`` given the condition under which a staged row is newer: the watermark
@@ -206,4 +211,5 @@ def merge_plan(
         acts=acts.format(newer=f"({newer})", matched=MATCHED, unmatched=UNMATCHED),
         identity=identity,
         newer_acts=newer_acts,
+        every_row_acts=every_row_acts,
     )

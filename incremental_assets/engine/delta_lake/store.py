@@ -578,7 +578,11 @@ class DeltaTarget:
             # whole cost less than a pass to find the rows that act.
             source, acted = staged, {}
             moves = cursor_after is not None and cursor_after != cursor_before
-            if not moves and self._acting_rows(spark, staged, plan, holding).isEmpty():
+            if (
+                not moves
+                and not plan.every_row_acts
+                and self._acting_rows(spark, staged, plan, holding).isEmpty()
+            ):
                 # Re-read rows that change nothing, and a cursor that stays: no commit.
                 return CommitResult(committed=False, version=state.version)
         else:
@@ -646,12 +650,18 @@ class DeltaTarget:
     ) -> bool:
         """Whether the MERGE reads the staged rows themselves rather than only those that
         act: the table takes deletion vectors, or the plan only inserts (its MERGE appends
-        new files and rewrites none), or every staged row is newer than every row of the
+        new files and rewrites none), or every staged row acts (``plan.every_row_acts``, a
+        difference from the table), or every staged row is newer than every row of the
         table (``every_newer``: each acts wherever it matches, so no matched row leaves
         its file rewritten unchanged), or the files the keys ``holding`` may fall in total
         at most ``small`` bytes (a rewrite of them costs less than the pass that finds the
         acting rows)."""
-        if plan.inserts_only or delta_io.writes_deletion_vectors(state.table) or every_newer:
+        if (
+            plan.inserts_only
+            or plan.every_row_acts
+            or delta_io.writes_deletion_vectors(state.table)
+            or every_newer
+        ):
             return True
         return (
             small > 0

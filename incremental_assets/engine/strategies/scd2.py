@@ -164,9 +164,10 @@ class Scd2(Strategy):
 
         columns = history_columns(spec, events.columns)
         # Only the files of the log and the target that may hold a touched key are read
-        # (both are written in key order), and their rows of those keys are staged once:
-        # the run's cost follows its keys, not the table. The events' write counted
-        # their keys' range.
+        # (both are written in key order): the run's cost follows its keys, not the
+        # table. The log's rows of those keys are staged (read twice: which events are
+        # new, and every event of the keys), the target's read once, by the comparison
+        # with the recomputed versions. The events' write counted their keys' range.
         touched = (
             delta_io.touched_keys(
                 events,
@@ -181,7 +182,7 @@ class Scd2(Strategy):
         logged = ChangeLog(target).to_spark(spark, holding=touched)
         keys = events.select(*[F.col(transforms.quote(k)) for k in spec.keys]).distinct()
         if stored is not None:
-            stored = staged(_of(stored, keys, spec.keys), stage_root, "held")
+            stored = _of(stored, keys, spec.keys)
         if logged is not None:
             logged = staged(_of(logged, keys, spec.keys), stage_root, "log")
         written_rows: dict[str, int] = {}
@@ -195,8 +196,8 @@ class Scd2(Strategy):
             events, logged, stored, columns, stage=stage, ranges=ranges
         )
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        if ranges is None:  # else already in the ranges it is written in
-            increment = by_key(increment, spec.keys, not state.exists)
+        if ranges is None and not state.exists:  # else in the ranges it is written in
+            increment = by_key(increment, spec.keys, creates_table=True)
         ordered = increment.sortWithinPartitions(*key_columns)
         key = partition_key(spec, ordered.schema)
         counters = increment_counters(ordered.columns, self.change_kinds, key)
@@ -262,6 +263,9 @@ class Scd2(Strategy):
             staged_only_columns=(changes.OP, CHANGE),
             identity=[*spec.keys, self.options.valid_from],
             acts=f"{{matched}} OR s.{changes.OP} = 'U'",
+            # The increment is the difference from the versions the table held when it
+            # was staged (``history._difference``): each row writes or removes one.
+            every_row_acts=True,
         )
 
     def record_beside_target(

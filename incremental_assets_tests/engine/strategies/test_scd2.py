@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -77,6 +78,48 @@ def test_tracked_change_opens_a_version_untracked_change_updates_in_place(spark,
     assert first.changes == {"open": 2, "close": 0, "update": 0, "remove": 0}
     assert second.changes == {"open": 1, "close": 1, "update": 1, "remove": 0}
     assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (1, 2, 0)
+
+
+def test_a_history_run_merges_its_difference_in_one_pass(spark, folder, tmp_path):
+    # A run's increment is the difference between the versions its keys should have and
+    # those the table holds: every staged row writes or removes one. So the MERGE reads
+    # the staged rows in one pass, with no acting rows staged apart first, on a table of
+    # any size (target.one_pass_below off here); a re-delivered event stages nothing.
+    spec = make_spec(
+        str(folder.path),
+        source={"format": "parquet"},
+        keys=["id"],
+        strategy={"kind": "scd2", "tracked": ["city"]},
+        target={"one_pass_below": 0},
+    )
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    folder.drop(customers((1, "Oslo", "a@x", at(1, 1)), (2, "Rome", "b@x", at(1, 1))))
+    load(spark, spec, target, 1)
+    folder.drop(
+        customers(
+            (1, "Bergen", "a@x", at(2, 1)),  # closes Oslo, opens Bergen
+            (2, "Rome", "b@new", at(2, 1)),  # updates Rome in place
+            (2, "Rome", "b@x", at(1, 1)),  # day 1's event again: nothing
+        )
+    )
+    staging_root = Path(target.path + "__staging")
+    staged_apart = []
+
+    def look(phase: str) -> None:
+        if phase == "committed":
+            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+
+    second = load(spark, spec, target, 2, hook=look)
+
+    assert staged_apart == []
+    assert second.changes == {"open": 1, "close": 1, "update": 1, "remove": 0}
+    assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (1, 2, 0)
+    assert rows(target, "id", "city", "email", "valid_from", "valid_to", "is_current") == [
+        (1, "Bergen", "a@x", at(2, 1), None, True),
+        (1, "Oslo", "a@x", at(1, 1), at(2, 1), False),
+        (2, "Rome", "b@new", at(1, 1), None, True),
+    ]
+    assert checks.rows_reconciled(spec, second).passed
 
 
 def test_unchanged_rows_and_replays_write_nothing(spark, folder, tmp_path):
