@@ -81,6 +81,7 @@ def history_changes(
     columns: HistoryColumns,
     stage: Stage = lambda rows, _name: rows,
     ranges: Shuffle | None = None,
+    one_file: bool = False,
 ) -> tuple[DataFrame, DataFrame]:
     """The staged change set for the target, and the events new to the log.
 
@@ -103,6 +104,10 @@ def history_changes(
     deduplicated and staged with no other shuffle, and its versions computed from them
     in one shuffle into key ranges, where they stay: not staged, since only the write of
     the table they create reads them.
+
+    ``one_file``: the new events fit in one of the log's files, so they are sorted in
+    one partition; else they are shuffled into ranges of the keys (Spark samples them
+    first), so that each file the log's append writes holds a narrow range of keys.
     """
     if ranges is not None:
         assert logged is None and stored is None, "ranges are for a first load only"
@@ -113,9 +118,8 @@ def history_changes(
     if logged is not None:
         fresh = fresh.join(logged.select(*event_id), on=event_id, how="left_anti")
     key_columns = [F.col(quote(k)) for k in keys]
-    fresh = stage(
-        fresh.repartitionByRange(*key_columns).sortWithinPartitions(*key_columns), "new_changes"
-    )
+    fresh = fresh.repartition(1) if one_file else fresh.repartitionByRange(*key_columns)
+    fresh = stage(fresh.sortWithinPartitions(*key_columns), "new_changes")
     every = logged.unionByName(fresh, allowMissingColumns=True) if logged is not None else fresh
     # Shuffled by key first: every step of ``versions`` then reads the same partitions,
     # in one sort (its first window alone would shuffle by key and time).

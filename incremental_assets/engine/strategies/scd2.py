@@ -22,7 +22,12 @@ from incremental_assets.engine.delta_lake.merge_plan import (
     merge_plan,
     update,
 )
-from incremental_assets.engine.delta_lake.store import ChangeLog, DeltaTarget, TargetState
+from incremental_assets.engine.delta_lake.store import (
+    ROWS_PER_FILE,
+    ChangeLog,
+    DeltaTarget,
+    TargetState,
+)
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
@@ -192,8 +197,15 @@ class Scd2(Strategy):
             written_rows[name] = counted["rows"]
             return found
 
+        extracted = int(counts.get("rows") or 0)
         increment, _ = history.history_changes(
-            events, logged, stored, columns, stage=stage, ranges=ranges
+            events,
+            logged,
+            stored,
+            columns,
+            stage=stage,
+            ranges=ranges,
+            one_file=extracted <= ROWS_PER_FILE,
         )
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         if ranges is None and not state.exists:  # else in the ranges it is written in
@@ -209,7 +221,6 @@ class Scd2(Strategy):
         # before its commit, whose versions this run writes. A run that creates the table
         # finds every logged event uncommitted (the table was removed, or its first load
         # killed after the log's append).
-        extracted = int(counts.get("rows") or 0)
         recovered = 0
         if not fresh and logged is not None and extracted:
             recovered = (
