@@ -271,6 +271,55 @@ def test_a_first_load_writes_its_versions_once_and_its_change_log_beside_them(
     assert checks.rows_reconciled(spec, replay).passed
 
 
+def test_a_later_run_stages_no_table_rows_nor_versions_and_logs_only_its_new_events(
+    spark, folder, tmp_path
+):
+    # A later run stages its events, the logged events of the keys they touch, the new
+    # ones, and the increment: neither the table's rows of those keys nor their versions
+    # (each read once). The log's append takes the new events alone, each once, in key
+    # order.
+    day1 = [(3, "c", "I", 1, at(1, 1)), (1, "a", "I", 2, at(1, 2)), (2, "b", "I", 3, at(1, 3))]
+    folder.drop(feed(*day1))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    day2 = [(3, "c2", "U", 4, at(2, 1))]
+    folder.drop(feed(*day2))
+    load(spark, spec, target, 2)
+    later = [
+        (3, "c2", "U", 4, at(2, 1)),  # logged by day 2's first run: delivered again
+        (2, "b2", "U", 5, at(2, 2)),
+        (1, None, "D", 6, at(2, 3)),
+        (1, None, "D", 6, at(2, 3)),  # twice in this window
+    ]
+    folder.drop(feed(*later))
+    staging_root = tmp_path / "target__staging"
+    staged: list[list[str]] = []
+
+    def look(phase: str) -> None:
+        if phase == "staged":
+            staged.append(sorted(p.name for p in staging_root.glob("*/*")))
+
+    again = load(spark, spec, target, 2, hook=look)  # day 2 again
+
+    assert staged == [["events", "increment", "log", "new_changes"]]
+    assert (again.rows_extracted, again.rows_unchanged) == (4, 2)  # 2 new events
+    assert checks.rows_reconciled(spec, again).passed
+    log = DeltaTable(f"{target.path}__changes")
+    appended = log.to_pyarrow_table(columns=["id", "lsn"], filters=[("lsn", ">", 4)])
+    assert appended.to_pylist() == [{"id": 1, "lsn": 6}, {"id": 2, "lsn": 5}]  # key order
+    assert sorted(log.to_pyarrow_table(columns=["lsn"]).column("lsn").to_pylist()) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference(day1 + later)
+    assert differences(spark, spec, target) == (0, 0)
+
+
 def test_the_change_log_counts_as_uncommitted_only_appends_for_the_tables_next_commit(
     spark, tmp_path
 ):
