@@ -105,9 +105,9 @@ def history_changes(
     in one shuffle into key ranges, where they stay: not staged, since only the write of
     the table they create reads them.
 
-    ``one_file``: the new events fit in one of the log's files, so they are sorted in
-    one partition; else they are shuffled into ranges of the keys (Spark samples them
-    first), so that each file the log's append writes holds a narrow range of keys.
+    ``one_file``: the new events are few, so they are sorted in one partition; else they
+    are shuffled into ranges of the keys (Spark samples them first), so that each file
+    the log's append writes holds a narrow range of keys.
     """
     if ranges is not None:
         assert logged is None and stored is None, "ranges are for a first load only"

@@ -572,10 +572,11 @@ class DeltaTarget:
         every_newer = above_cursor and self._newer_above(state, plan, cursor_before)
         if self.merges_in_one_pass(state, plan, every_newer, holding, one_pass_below):
             # One pass: with deletion vectors, or when every clause inserts, a clause whose
-            # condition fails writes nothing, and a staged row newer than every row of the
-            # table acts wherever it matches, so the MERGE reads the staged rows and its
-            # clauses alone decide what changes; on a small table, the files rewritten
-            # whole cost less than a pass to find the rows that act.
+            # condition fails writes nothing, a staged row newer than every row of the
+            # table acts wherever it matches, and every row of a history's difference
+            # acts, so the MERGE reads the staged rows and its clauses alone decide what
+            # changes; on a small table, the files rewritten whole cost less than a pass
+            # to find the rows that act.
             source, acted = staged, {}
             moves = cursor_after is not None and cursor_after != cursor_before
             if (

@@ -188,8 +188,9 @@ def rows_by_partition(
     taken as they were staged say it; otherwise Spark counts them (on the warehouse) by
     key.
 
-    A merge in two passes (a table without deletion vectors, clauses that update or
-    delete) staged its acting rows apart: they are counted. Otherwise the merge read the
+    A merge in two passes (``DeltaTarget.merges_in_one_pass`` says when: a large table
+    without deletion vectors, clauses that update or delete, rows that may not act)
+    staged its acting rows apart: they are counted. Otherwise the merge read the
     staged rows in one pass; when its own counts say every staged row acted (the usual
     increment), the staged rows are the acting rows (``CommitResult.acted`` holds their
     staged counts); a run that also re-read rows which changed nothing counts them by the

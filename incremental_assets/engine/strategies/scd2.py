@@ -22,12 +22,7 @@ from incremental_assets.engine.delta_lake.merge_plan import (
     merge_plan,
     update,
 )
-from incremental_assets.engine.delta_lake.store import (
-    ROWS_PER_FILE,
-    ChangeLog,
-    DeltaTarget,
-    TargetState,
-)
+from incremental_assets.engine.delta_lake.store import ChangeLog, DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
@@ -63,6 +58,11 @@ from incremental_assets.specs.strategies import Scd2Strategy
 # The strategies that can deliver a history table's changes, by ``changes.kind``.
 _DELIVERIES: dict[str, type[Strategy]] = {s.kind: s for s in (Upsert, Cdc, Snapshot)}
 HISTORY_KINDS = ("open", "close", "update", "remove")
+# A run with at most this many events sorts its new ones in one partition, staged as one
+# file (no sampling of the keys' ranges first): one task, and one file of the log, whose
+# key range spans the run's keys. Wide rows make it a bound by bytes too (100,000 rows of
+# 5 KB: 500 MB).
+ONE_PARTITION_EVENTS = 100_000
 
 
 class Scd2(Strategy):
@@ -205,10 +205,13 @@ class Scd2(Strategy):
             columns,
             stage=stage,
             ranges=ranges,
-            one_file=extracted <= ROWS_PER_FILE,
+            one_file=extracted <= ONE_PARTITION_EVENTS,
         )
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        if ranges is None and not state.exists:  # else in the ranges it is written in
+        # A created table's versions are written in ranges of the keys (a first load's
+        # are in them already); an existing table's increment stays as the comparison's
+        # join left it, for the MERGE shuffles it.
+        if ranges is None and not state.exists:
             increment = by_key(increment, spec.keys, creates_table=True)
         ordered = increment.sortWithinPartitions(*key_columns)
         key = partition_key(spec, ordered.schema)

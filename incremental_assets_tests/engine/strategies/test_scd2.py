@@ -21,6 +21,7 @@ from incremental_assets_tests.builders import (
     cdc_history_spec,
     deliver,
     feed,
+    feed_spec,
     history,
     load,
     make_spec,
@@ -209,6 +210,42 @@ def test_history_from_snapshots_closes_vanished_keys(spark, tmp_path):
         (3, "Pisa", t2, None, True),
     ]
     assert second.changes == {"open": 2, "close": 2, "update": 0, "remove": 0}
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def test_a_late_event_that_joins_versions_removes_them_in_one_pass(spark, folder, tmp_path):
+    # A late event at the time of a version, newer than its event, takes its place: the
+    # key's three versions become one. The run's increment updates the first (open
+    # again) and removes the other two; the MERGE reads it in one pass (no acting rows
+    # staged apart, target.one_pass_below off), and each of its rows acts.
+    spec = feed_spec(folder.path, {"kind": "scd2", "changes": "cdc"}, target={"one_pass_below": 0})
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    day1 = [(1, "a", "I", 1, at(1, 1)), (2, "x", "I", 2, at(1, 1))]
+    day2 = [(1, "b", "U", 3, at(2, 1)), (1, "a", "U", 4, at(2, 2))]
+    folder.drop(feed(*day1))
+    load(spark, spec, target, 1)
+    folder.drop(feed(*day2))
+    load(spark, spec, target, 2)
+    assert len(rows(target, "id", "valid_from")) == 4
+    late = [(1, "a", "U", 5, at(2, 1))]  # in place of lsn 3 ("b"): "a" throughout
+    folder.drop(feed(*late))
+    staging_root = Path(target.path + "__staging")
+    staged_apart = []
+
+    def look(phase: str) -> None:
+        if phase == "committed":
+            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+
+    result = load(spark, spec, target, 2, hook=look)
+
+    assert staged_apart == []
+    assert result.changes == {"open": 0, "close": 0, "update": 1, "remove": 2}
+    assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (0, 1, 2)
+    assert rows(target, "id", "name", *VERSION[2:]) == [
+        (1, "a", at(1, 1), None, True),
+        (2, "x", at(1, 1), None, True),
+    ]
+    assert checks.rows_reconciled(spec, result).passed
     assert differences(spark, spec, target) == (0, 0)
 
 
