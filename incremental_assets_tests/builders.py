@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -211,6 +211,21 @@ def load(spark, spec, target, first: int, last: int | None = None, **kwargs: Any
     return run_load(
         spark, spec, target, day_request(first, last, backfill=backfill, **kwargs), hook=hook
     )
+
+
+def staging_seen(
+    target: DeltaTarget, phase: str, pattern: str
+) -> tuple[Callable[[str], None], list[list[str]]]:
+    """A ``load`` hook, and what it sees: at each ``phase`` of a run, the sorted names of
+    the folders under ``target``'s staging root that match ``pattern`` (a glob)."""
+    root = Path(target.path + "__staging")
+    seen: list[list[str]] = []
+
+    def look(now: str) -> None:
+        if now == phase:
+            seen.append(sorted(p.name for p in root.glob(pattern) if p.is_dir()))
+
+    return look, seen
 
 
 def target_rows(target: DeltaTarget, columns=("order_id", "status", "amount", "updated_at")):

@@ -28,6 +28,7 @@ from incremental_assets_tests.builders import (
     load,
     make_spec,
     order_rows,
+    staging_seen,
     target_rows,
 )
 from incremental_assets_tests.servers import INTERPRETED
@@ -365,16 +366,11 @@ def test_only_a_merge_that_updates_stages_its_acting_rows_first(spark, tmp_path,
     folder.drop(order_rows([(1, "first", 1.0, at(1, 1)), (2, "first", 1.0, at(1, 2))]))
     load(spark, spec, target, 1)
     folder.drop(order_rows([(2, "first", 1.0, at(1, 2)), (3, "first", 1.0, at(1, 4))]))
-    staging_root = Path(target.path + "__staging")
-    staged_apart = []
-
-    def look(phase: str) -> None:
-        if phase == "committed":
-            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+    look, staged_apart = staging_seen(target, "committed", "**/*_acting")
 
     result = load(spark, spec, target, 1, hook=look)
 
-    assert bool(staged_apart) == (strategy == "upsert")
+    assert staged_apart == ([["increment_acting"]] if strategy == "upsert" else [[]])
     assert (result.rows_inserted, result.rows_updated, result.rows_unchanged) == (1, 0, 1)
     assert result.rows_by_partition == {"2026-01-01": 1}
     assert [r[:2] for r in target_rows(target)] == [(1, "first"), (2, "first"), (3, "first")]
@@ -404,17 +400,12 @@ def test_a_run_above_the_cursor_merges_in_one_pass_and_one_that_rereads_in_two(
         rewind(spec, target, "2026-01-01T00:30:00Z", spark=spark, by="test", reason="test")
         load(spark, spec, target, 1)  # re-reads rows 1 and 2: two passes, nothing written
     orders_source.upsert([(2, "paid", 1.0, at(1, 3)), (3, "placed", 1.0, at(1, 4))])
-    staging_root = Path(target.path + "__staging")
-    staged_apart = []
-
-    def look(phase: str) -> None:
-        if phase == "committed":
-            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+    look, staged_apart = staging_seen(target, "committed", "**/*_acting")
 
     result = load(spark, spec, target, 2 if case == "rewound" else 1, hook=look)
 
     rereads = {"no lookback": 0, "lookback": 1, "rewound": 1}[case]
-    assert bool(staged_apart) == (rereads > 0)
+    assert staged_apart == ([["increment_acting"]] if rereads else [[]])
     assert (result.rows_inserted, result.rows_updated, result.rows_unchanged) == (1, 1, rereads)
     assert result.rows_by_partition == {"2026-01-01": 2}
     expected = [(1, "placed"), (2, "paid"), (3, "placed")]
@@ -451,16 +442,11 @@ def test_a_small_table_rereading_rows_merges_in_one_pass_and_counts_by_partition
         # ... and row 4 of day 1 comes in late, inside the lookback.
         orders_source.upsert([(3, "placed", 1.0, at(2, 1)), (4, "placed", 1.0, at(1, 22))])
         day, written = 2, {"2026-01-01": 1, "2026-01-02": 1}
-    staging_root = Path(target.path + "__staging")
-    staged_apart = []
-
-    def look(phase: str) -> None:
-        if phase == "committed":
-            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+    look, staged_apart = staging_seen(target, "committed", "**/*_acting")
 
     result = load(spark, spec, target, day, hook=look)
 
-    assert not staged_apart
+    assert staged_apart == [[]]
     inserted = sum(written.values())
     assert (result.rows_inserted, result.rows_updated, result.rows_unchanged) == (inserted, 0, 1)
     assert result.rows_by_partition == written
@@ -597,12 +583,7 @@ def test_a_run_that_creates_the_table_writes_its_rows_once_as_the_table(
     folder = ParquetFolder(tmp_path / "events")
     spec = make_spec(str(folder.path), source={"format": "parquet"}, strategy=strategy)
     target = DeltaTarget("orders", str(tmp_path / "target"))
-    staging_root = Path(target.path + "__staging")
-    staged: list[list[str]] = []
-
-    def look(phase: str) -> None:
-        if phase == "staged":
-            staged.append(sorted(p.name for p in staging_root.rglob("increment")))
+    look, staged = staging_seen(target, "staged", "**/increment")
 
     # Two days of rows, with a null key among them: refused before anything is written.
     folder.drop(order_rows([(1, "placed", 1.0, at(1, 1)), (None, "placed", 1.0, at(2, 2))]))

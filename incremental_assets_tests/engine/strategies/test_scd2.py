@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import shutil
 from dataclasses import replace
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -27,6 +26,7 @@ from incremental_assets_tests.builders import (
     make_spec,
     rows,
     scd2_reference,
+    staging_seen,
 )
 
 VERSION = ("id", "name", "valid_from", "valid_to", "is_current")
@@ -103,16 +103,11 @@ def test_a_history_run_merges_its_difference_in_one_pass(spark, folder, tmp_path
             (2, "Rome", "b@x", at(1, 1)),  # day 1's event again: nothing
         )
     )
-    staging_root = Path(target.path + "__staging")
-    staged_apart = []
-
-    def look(phase: str) -> None:
-        if phase == "committed":
-            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+    look, staged_apart = staging_seen(target, "committed", "**/*_acting")
 
     second = load(spark, spec, target, 2, hook=look)
 
-    assert staged_apart == []
+    assert staged_apart == [[]]
     assert second.changes == {"open": 1, "close": 1, "update": 1, "remove": 0}
     assert (second.rows_inserted, second.rows_updated, second.rows_deleted) == (1, 2, 0)
     assert rows(target, "id", "city", "email", "valid_from", "valid_to", "is_current") == [
@@ -229,16 +224,11 @@ def test_a_late_event_that_joins_versions_removes_them_in_one_pass(spark, folder
     assert len(rows(target, "id", "valid_from")) == 4
     late = [(1, "a", "U", 5, at(2, 1))]  # in place of lsn 3 ("b"): "a" throughout
     folder.drop(feed(*late))
-    staging_root = Path(target.path + "__staging")
-    staged_apart = []
-
-    def look(phase: str) -> None:
-        if phase == "committed":
-            staged_apart.extend(p.name for p in staging_root.rglob("*_acting") if p.is_dir())
+    look, staged_apart = staging_seen(target, "committed", "**/*_acting")
 
     result = load(spark, spec, target, 2, hook=look)
 
-    assert staged_apart == []
+    assert staged_apart == [[]]
     assert result.changes == {"open": 0, "close": 0, "update": 1, "remove": 2}
     assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (0, 1, 2)
     assert rows(target, "id", "name", *VERSION[2:]) == [
@@ -267,12 +257,7 @@ def test_a_first_load_writes_its_versions_once_and_its_change_log_beside_them(
     folder.drop(feed(*events))
     spec = cdc_history_spec(folder.path)
     target = DeltaTarget("t", str(tmp_path / "target"))
-    staging_root = tmp_path / "target__staging"
-    staged: list[list[str]] = []
-
-    def look(phase: str) -> None:
-        if phase == "staged":
-            staged.append(sorted(p.name for p in staging_root.glob("*/*")))
+    look, staged = staging_seen(target, "staged", "*/*")
 
     first = load(spark, spec, target, 1, hook=look)
 
@@ -330,12 +315,7 @@ def test_a_later_run_stages_no_table_rows_nor_versions_and_logs_only_its_new_eve
         (1, None, "D", 6, at(2, 3)),  # twice in this window
     ]
     folder.drop(feed(*later))
-    staging_root = tmp_path / "target__staging"
-    staged: list[list[str]] = []
-
-    def look(phase: str) -> None:
-        if phase == "staged":
-            staged.append(sorted(p.name for p in staging_root.glob("*/*")))
+    look, staged = staging_seen(target, "staged", "*/*")
 
     again = load(spark, spec, target, 2, hook=look)  # day 2 again
 
