@@ -13,7 +13,10 @@ events (a row's values at an effective time, or a delete):
 Every change is also appended to a log beside the target (``<target>__changes``). A run
 recomputes the history of the keys it touches from their logged events plus its own, and
 stages only the versions that differ from what the target holds: a late change lands in
-history where it belongs, a replay writes nothing, and any arrival order converges.
+history where it belongs, a replay writes nothing, and any arrival order converges. A run
+whose events all take effect after every logged one, on a table that holds every logged
+event, reads no logged event: its events only continue each key's newest version
+(``later_changes``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.transforms import KEY_RANGE, ROW_HASH, quote
 
 _DELETE, _STATE, _RANK = "_ia_is_delete", "_ia_state", "_ia_rank"
+# A version the table holds, carried into a recomputation as its newest event: its start.
+_SINCE = "_ia_since"
 _STARTS, _ENDS = "_ia_starts", "_ia_ends"
 # The comparison with the table: a held version's columns, prefixed, and which side holds it.
 _HELD, _HELD_ROW, _RECOMPUTED = "_ia_held_", "_ia_held", "_ia_recomputed"
@@ -112,19 +117,89 @@ def history_changes(
     if ranges is not None:
         assert logged is None and stored is None, "ranges are for a first load only"
         return _first_changes(events, columns, stage, ranges)
-    keys = list(columns.keys)
     event_id = _event_id(columns)
     fresh = events.dropDuplicates(event_id)
     if logged is not None:
         fresh = fresh.join(logged.select(*event_id), on=event_id, how="left_anti")
-    key_columns = [F.col(quote(k)) for k in keys]
-    fresh = fresh.repartition(1) if one_file else fresh.repartitionByRange(*key_columns)
-    fresh = stage(fresh.sortWithinPartitions(*key_columns), "new_changes")
+    fresh = _new_events(fresh, columns, stage, one_file)
     every = logged.unionByName(fresh, allowMissingColumns=True) if logged is not None else fresh
-    # Shuffled by key first: every step of ``versions`` then reads the same partitions,
-    # in one sort (its first window alone would shuffle by key and time).
-    recomputed = versions(every.repartition(*key_columns), columns)
-    return _difference(recomputed, stored, columns), fresh
+    return _difference(_by_key_versions(every, columns), stored, columns), fresh
+
+
+def later_changes(
+    events: DataFrame,
+    latest: DataFrame,
+    columns: HistoryColumns,
+    stage: Stage = lambda rows, _name: rows,
+    one_file: bool = False,
+) -> tuple[DataFrame, DataFrame]:
+    """``history_changes`` of events that all take effect after every logged event, with
+    a table that holds every logged event (``ChangeLog.precedes``): the log is not read.
+    No event is in it, and the events only continue each key's newest version, as the
+    table holds it (``latest``, from ``latest_versions``): that version is carried in as
+    its key's first event (keeping its start), a delete after it where it was closed; the
+    older versions stay as they are. The change set is then the same as a recomputation
+    from the whole log would give."""
+    fresh = _new_events(events, columns, stage, one_file, deduplicate=True)
+    every = _carried(latest, columns).unionByName(fresh, allowMissingColumns=True)
+    return _difference(_by_key_versions(every, columns), latest, columns), fresh
+
+
+def latest_versions(stored: DataFrame, columns: HistoryColumns) -> DataFrame:
+    """Each key's newest version among ``stored`` (the one with the latest start)."""
+    keys = list(columns.keys)
+    others = [c for c in stored.columns if c not in keys]
+    values = F.struct(*[F.col(quote(c)) for c in others])
+    newest = F.max_by(values, F.col(quote(columns.valid_from)))
+    return (
+        stored.groupBy(*[F.col(quote(k)) for k in keys])
+        .agg(newest.alias(_SINCE))
+        .select(*[F.col(quote(k)) for k in keys], *[F.col(_SINCE)[c].alias(c) for c in others])
+    )
+
+
+def _carried(latest: DataFrame, columns: HistoryColumns) -> DataFrame:
+    """The table's newest versions as events: each at its newest event's time, with its
+    values and its start (``_SINCE``); a closed one (its key deleted, since no version
+    follows it) with the delete that closed it, at its end."""
+    valid_from, valid_to = columns.valid_from, columns.valid_to
+    held = [c for c in latest.columns if c not in columns.validity]
+    ended = F.col(quote(valid_to))
+    as_events = latest.select(
+        *[F.col(quote(c)) for c in held],
+        F.lit("U").alias(OP),
+        F.col(quote(valid_from)).alias(_SINCE),
+    )
+    deletes = latest.filter(ended.isNotNull()).select(
+        *[F.col(quote(k)) for k in columns.keys],
+        ended.alias(columns.effective),
+        F.lit("D").alias(OP),
+    )
+    return as_events.unionByName(deletes, allowMissingColumns=True)
+
+
+def _new_events(
+    fresh: DataFrame,
+    columns: HistoryColumns,
+    stage: Stage,
+    one_file: bool,
+    deduplicate: bool = False,
+) -> DataFrame:
+    """The events new to the log, in key order (one partition when ``one_file``, else
+    ranges of the keys), staged as "new_changes": the log's append reads them. With
+    ``deduplicate``, each event once, deduplicated within those partitions (each holds
+    all of a key's events: no shuffle of its own)."""
+    key_columns = [F.col(quote(k)) for k in columns.keys]
+    fresh = fresh.repartition(1) if one_file else fresh.repartitionByRange(*key_columns)
+    if deduplicate:
+        fresh = fresh.dropDuplicates(_event_id(columns))
+    return stage(fresh.sortWithinPartitions(*key_columns), "new_changes")
+
+
+def _by_key_versions(events: DataFrame, columns: HistoryColumns) -> DataFrame:
+    """``versions`` of events shuffled by key first: every step then reads the same
+    partitions, in one sort (its first window alone would shuffle by key and time)."""
+    return versions(events.repartition(*[F.col(quote(k)) for k in columns.keys]), columns)
 
 
 def _first_changes(
@@ -172,17 +247,19 @@ def versions(events: DataFrame, columns: HistoryColumns, within: Sequence[str] =
     first_of_run = previous.isNull() | ~previous.eqNullSafe(F.col(_STATE))
     last_of_run = following.isNull() | ~following.eqNullSafe(F.col(_STATE))
     valid_from, valid_to = columns.valid_from, columns.valid_to
+    # A carried version (``later_changes``) starts where the table has it start.
+    start = F.coalesce(F.col(_SINCE), effective) if _SINCE in events.columns else effective
     runs = (
         events.withColumn(_DELETE, F.col(OP) == "D")
         .withColumn(_RANK, F.row_number().over(same_time))
         .filter(F.col(_RANK) == 1)  # one event at a time: a delete, then the newest
         .withColumn(_STATE, state)
-        .withColumn(_STARTS, F.when(first_of_run, effective))
+        .withColumn(_STARTS, F.when(first_of_run, start))
         .withColumn(_ENDS, last_of_run)
         .withColumn(valid_to, F.lead(effective).over(by_time))
         .withColumn(valid_from, F.max(F.col(_STARTS)).over(running))
     )
-    values = [c for c in events.columns if c not in (*columns.keys, OP, *within)]
+    values = [c for c in events.columns if c not in (*columns.keys, OP, _SINCE, *within)]
     return runs.filter(F.col(_ENDS) & ~F.col(_DELETE)).select(
         *[F.col(quote(k)) for k in columns.keys],
         *[F.col(quote(c)) for c in values],

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -972,6 +973,25 @@ class ChangeLog(SideTable):
             metrics = commit.get("operationMetrics") or {}
             events += int(metrics.get("numOutputRows", 0))
         return events
+
+    def precedes(self, column: str, instant: datetime, sequence: int) -> bool:
+        """Whether every logged event's ``column`` (a timestamp) lies before ``instant``,
+        by the log's statistics, and the target holds every logged event: the log's newest
+        commit is the loader's append for another commit than the target's next
+        (``sequence``). Then the target's versions are what the log's events imply, and
+        events after ``instant`` only continue them. False whenever that is not known: no
+        log, a file without statistics, a maintenance commit on top (the next append
+        makes it known again). Delta keeps timestamps' statistics to the millisecond, so
+        the log's must end a millisecond before ``instant``'s."""
+        if not self.location.exists():
+            return False
+        log = self.location.open()
+        newest = log.history(1)
+        record = delta_commits.parse(newest[0]) if newest else None
+        made_for = None if record is None else record.get(self.FOR_SEQUENCE)
+        if made_for is None or int(made_for) == sequence:
+            return False
+        return not delta_io.holds_above(log, column, instant - timedelta(milliseconds=1))
 
 
 def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:

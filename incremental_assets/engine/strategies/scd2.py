@@ -6,11 +6,11 @@ longer has them."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructType, TimestampType
 
 from incremental_assets.engine import changes, history, quality, staging, transforms, validation
 from incremental_assets.engine.delta_lake import io as delta_io
@@ -163,6 +163,7 @@ class Scd2(Strategy):
                 stage_root,
                 "events",
                 *delta_io.range_counters(observed_rows.schema, first_key),
+                *_effective_counters(observed_rows.schema, spec.effective_column),
             )
             counts = observation.get
         fail_on_bad_rows(spec, counts)
@@ -173,6 +174,8 @@ class Scd2(Strategy):
         # table. The log's rows of those keys are staged (read twice: which events are
         # new, and every event of the keys), the target's read once, by the comparison
         # with the recomputed versions. The events' write counted their keys' range.
+        # Events that all follow the log (``_after_log``) need neither the log's rows
+        # nor the table's older versions: only each key's newest version.
         touched = (
             delta_io.touched_keys(
                 events,
@@ -183,8 +186,9 @@ class Scd2(Strategy):
             if state.exists
             else None
         )
+        after_log = _after_log(spec, state, target, events_written)
         stored = target.to_spark(spark, holding=touched) if state.exists else None
-        logged = ChangeLog(target).to_spark(spark, holding=touched)
+        logged = None if after_log else ChangeLog(target).to_spark(spark, holding=touched)
         keys = events.select(*[F.col(transforms.quote(k)) for k in spec.keys]).distinct()
         if stored is not None:
             stored = _of(stored, keys, spec.keys)
@@ -198,15 +202,15 @@ class Scd2(Strategy):
             return found
 
         extracted = int(counts.get("rows") or 0)
-        increment, _ = history.history_changes(
-            events,
-            logged,
-            stored,
-            columns,
-            stage=stage,
-            ranges=ranges,
-            one_file=extracted <= ONE_PARTITION_EVENTS,
-        )
+        one_file = extracted <= ONE_PARTITION_EVENTS
+        if after_log:
+            assert stored is not None
+            latest = history.latest_versions(stored, columns)
+            increment, _ = history.later_changes(events, latest, columns, stage, one_file)
+        else:
+            increment, _ = history.history_changes(
+                events, logged, stored, columns, stage=stage, ranges=ranges, one_file=one_file
+            )
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         # A created table's versions are written in ranges of the keys (a first load's
         # are in them already); an existing table's increment stays as the comparison's
@@ -317,6 +321,35 @@ def _versions(newer: str) -> tuple[Clause, ...]:
         update(f"s.{changes.OP} = 'U'"),
         insert(f"s.{changes.OP} = 'U'"),
     )
+
+
+# The earliest effective time among a run's events (microseconds), and its events without
+# one, as their write counted them (``_effective_counters``).
+EFFECTIVE_FIRST, EFFECTIVE_NULLS = "effective:first", "effective:nulls"
+
+
+def _effective_counters(schema: StructType, column: str) -> list[Column]:
+    """What the events' write counts for ``_after_log``: the earliest effective time and
+    the events without one (nothing when the column is not a timestamp)."""
+    if column not in schema.names or not isinstance(schema[column].dataType, TimestampType):
+        return []
+    value = F.col(transforms.quote(column))
+    return [
+        F.min(F.unix_micros(value)).alias(EFFECTIVE_FIRST),
+        F.sum(value.isNull().cast("int")).alias(EFFECTIVE_NULLS),
+    ]
+
+
+def _after_log(spec: TableSpec, state: TargetState, target: DeltaTarget, written: dict) -> bool:
+    """Whether every event of the run (as its write counted them: ``written``) takes
+    effect after every logged event, and the table holds every logged event
+    (``ChangeLog.precedes``): the usual run of a feed, whose events come in time order."""
+    if not state.exists or not written.get("rows") or written.get(EFFECTIVE_NULLS, 1):
+        return False
+    first = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
+        microseconds=int(written[EFFECTIVE_FIRST])
+    )
+    return ChangeLog(target).precedes(spec.effective_column, first, state.next_sequence)
 
 
 def _of(rows: DataFrame, keys: DataFrame, names: list[str]) -> DataFrame:

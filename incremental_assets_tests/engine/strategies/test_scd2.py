@@ -337,6 +337,74 @@ def test_a_later_run_stages_no_table_rows_nor_versions_and_logs_only_its_new_eve
     assert differences(spark, spec, target) == (0, 0)
 
 
+def test_a_run_whose_events_all_follow_the_log_continues_the_newest_versions_unread(
+    spark, folder, tmp_path
+):
+    # Every event of day 2 takes effect after every logged one: the run reads neither the
+    # log's rows nor the older versions, and continues each key's newest version as the
+    # table holds it (updated in place, closed, or followed after a delete), as a
+    # recomputation from the whole log would.
+    day1 = [
+        (1, "a", "I", 1, at(1, 1)),
+        (2, "b", "I", 2, at(1, 2)),
+        (3, "c", "I", 3, at(1, 3)),
+        (3, "c2", "U", 4, at(1, 4)),  # key 3 has an older version
+        (4, "d", "I", 5, at(1, 5)),
+        (4, None, "D", 6, at(1, 6)),  # key 4 is deleted
+        (5, "e", "I", 7, at(1, 7)),
+    ]
+    folder.drop(feed(*day1))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    day2 = [
+        (1, "a", "U", 8, at(2, 1)),  # untracked only: updated in place
+        (2, "b2", "U", 9, at(2, 2)),  # closes b, opens b2
+        (3, None, "D", 10, at(2, 3)),  # closes c2
+        (4, "d2", "I", 11, at(2, 4)),  # opens a version after the delete
+        (6, "f", "I", 12, at(2, 5)),  # a new key
+        (6, "f", "I", 12, at(2, 5)),  # twice in this window
+        (5, "e", "U", 13, at(2, 6)),  # continues e, then closes it
+        (5, "e3", "U", 14, at(2, 7)),
+    ]
+    folder.drop(feed(*day2))
+    look, staged = staging_seen(target, "staged", "*/*")
+
+    second = load(spark, spec, target, 2, hook=look)
+
+    assert staged == [["events", "increment", "new_changes"]]  # no "log"
+    assert second.changes == {"open": 4, "close": 3, "update": 1, "remove": 0}
+    assert (second.rows_extracted, second.rows_unchanged) == (8, 1)
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference(day1 + day2)
+    assert checks.rows_reconciled(spec, second).passed
+    assert differences(spark, spec, target) == (0, 0)
+    logged = DeltaTable(f"{target.path}__changes").to_pyarrow_table(columns=["lsn"])
+    assert sorted(logged.column("lsn").to_pylist()) == list(range(1, 15))
+
+
+def test_a_run_after_another_commit_on_the_log_reads_the_logged_events(spark, folder, tmp_path):
+    # A commit on top of the log that is not the loader's append (here a property set by
+    # hand) leaves unknown whether the table holds every logged event: the run reads them.
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 2))))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    spark.sql(
+        f"ALTER TABLE delta.`{target.path}__changes` "
+        "SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days')"
+    )
+    day2 = [(1, "a2", "U", 3, at(2, 1))]
+    folder.drop(feed(*day2))
+    look, staged = staging_seen(target, "staged", "*/*")
+
+    load(spark, spec, target, 2, hook=look)
+
+    assert staged == [["events", "increment", "log", "new_changes"]]
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference(
+        [(1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 2)), *day2]
+    )
+
+
 def test_the_change_log_counts_as_uncommitted_only_appends_for_the_tables_next_commit(
     spark, tmp_path
 ):
