@@ -41,7 +41,8 @@ from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.transforms import KEY_RANGE, ROW_HASH, quote
 
 _DELETE, _STATE, _RANK = "_ia_is_delete", "_ia_state", "_ia_rank"
-# A version the table holds, carried into a recomputation as its newest event: its start.
+# The start of a version the table holds, carried into a recomputation as its key's first
+# event (standing for the version's newest event: ``later_changes``).
 _SINCE = "_ia_since"
 _STARTS, _ENDS = "_ia_starts", "_ia_ends"
 # The comparison with the table: a held version's columns, prefixed, and which side holds it.
@@ -134,7 +135,8 @@ def later_changes(
     one_file: bool = False,
 ) -> tuple[DataFrame, DataFrame]:
     """``history_changes`` of events that all take effect after every logged event, with
-    a table that holds every logged event (``ChangeLog.precedes``): the log is not read.
+    a table whose versions are those of the logged events (``ChangeLog.precedes``): the
+    log is not read.
     No event is in it, and the events only continue each key's newest version, as the
     table holds it (``latest``, from ``latest_versions``): that version is carried in as
     its key's first event (keeping its start), a delete after it where it was closed; the

@@ -974,24 +974,37 @@ class ChangeLog(SideTable):
             events += int(metrics.get("numOutputRows", 0))
         return events
 
-    def precedes(self, column: str, instant: datetime, sequence: int) -> bool:
+    def precedes(self, column: str, instant: datetime, sequence: int | None) -> bool:
         """Whether every logged event's ``column`` (a timestamp) lies before ``instant``,
-        by the log's statistics, and the target holds every logged event: the log's newest
-        commit is the loader's append for another commit than the target's next
-        (``sequence``). Then the target's versions are what the log's events imply, and
-        events after ``instant`` only continue them. False whenever that is not known: no
-        log, a file without statistics, a maintenance commit on top (the next append
-        makes it known again). Delta keeps timestamps' statistics to the millisecond, so
-        the log's must end a millisecond before ``instant``'s."""
-        if not self.location.exists():
+        by the log's statistics, and the log's newest commit is the loader's append for the
+        table's last commit (``sequence``): no append since then awaits a commit (a run
+        killed after its append, or one another writer overtook). Then the table's
+        versions are what its committed runs' events imply, and events after ``instant``
+        only continue them.
+
+        Not proven here: that no run killed earlier, at a sequence a later run of another
+        window committed, left events of keys that run did not touch. A recomputation from
+        the log folds such events into the keys a run touches; a run for which this holds
+        leaves them out, as no run committed them, until their window is loaded again
+        (its events are logged, so it recomputes from the log).
+
+        False whenever it is not known: no log, a file without statistics, a maintenance
+        commit on top (the next append makes it known again), a table whose commits carry
+        no sequence. Delta keeps timestamps' statistics to the millisecond, so the log's
+        must end a millisecond before ``instant``'s."""
+        if sequence is None or not self.location.exists():
             return False
         log = self.location.open()
         newest = log.history(1)
         record = delta_commits.parse(newest[0]) if newest else None
         made_for = None if record is None else record.get(self.FOR_SEQUENCE)
-        if made_for is None or int(made_for) == sequence:
+        if made_for is None or int(made_for) != sequence:
             return False
-        return not delta_io.holds_above(log, column, instant - timedelta(milliseconds=1))
+        try:
+            before = instant - timedelta(milliseconds=1)
+        except OverflowError:  # the first instant Python holds: no event lies before it
+            return False
+        return not delta_io.holds_above(log, column, before)
 
 
 def _recorded_source(commits: list[dict]) -> tuple[str, int] | None:

@@ -174,8 +174,8 @@ class Scd2(Strategy):
         # table. The log's rows of those keys are staged (read twice: which events are
         # new, and every event of the keys), the target's read once, by the comparison
         # with the recomputed versions. The events' write counted their keys' range.
-        # Events that all follow the log (``_after_log``) need neither the log's rows
-        # nor the table's older versions: only each key's newest version.
+        # Events that all follow the log (``_after_log``) need no row of the log: only
+        # each touched key's newest version, found among the table's rows of the key.
         touched = (
             delta_io.touched_keys(
                 events,
@@ -342,14 +342,19 @@ def _effective_counters(schema: StructType, column: str) -> list[Column]:
 
 def _after_log(spec: TableSpec, state: TargetState, target: DeltaTarget, written: dict) -> bool:
     """Whether every event of the run (as its write counted them: ``written``) takes
-    effect after every logged event, and the table holds every logged event
-    (``ChangeLog.precedes``): the usual run of a feed, whose events come in time order."""
+    effect after every logged event, and the log's newest commit is the append of the
+    table's last commit (``ChangeLog.precedes``): the usual run of a feed, whose events
+    come in time order. Off where the events' write counted no effective time (a date
+    column; tables with quality rules, whose events are staged by their check)."""
     if not state.exists or not written.get("rows") or written.get(EFFECTIVE_NULLS, 1):
         return False
-    first = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
-        microseconds=int(written[EFFECTIVE_FIRST])
-    )
-    return ChangeLog(target).precedes(spec.effective_column, first, state.next_sequence)
+    try:
+        first = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
+            microseconds=int(written[EFFECTIVE_FIRST])
+        )
+    except OverflowError:  # beyond what Python's datetime holds
+        return False
+    return ChangeLog(target).precedes(spec.effective_column, first, state.sequence)
 
 
 def _of(rows: DataFrame, keys: DataFrame, names: list[str]) -> DataFrame:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import shutil
 from dataclasses import replace
+from datetime import timedelta
 
 import pyarrow as pa
 import pytest
@@ -352,20 +353,26 @@ def test_a_run_whose_events_all_follow_the_log_continues_the_newest_versions_unr
         (4, "d", "I", 5, at(1, 5)),
         (4, None, "D", 6, at(1, 6)),  # key 4 is deleted
         (5, "e", "I", 7, at(1, 7)),
+        (7, "g", "I", 8, at(1, 8)),  # keys 7 and 8: versions of two events, which
+        (7, "g", "U", 9, at(1, 9)),  # start at their first
+        (8, "h", "I", 10, at(1, 10)),
+        (8, "h", "U", 11, at(1, 11)),
     ]
     folder.drop(feed(*day1))
     spec = cdc_history_spec(folder.path)
     target = DeltaTarget("t", str(tmp_path / "target"))
     load(spark, spec, target, 1)
     day2 = [
-        (1, "a", "U", 8, at(2, 1)),  # untracked only: updated in place
-        (2, "b2", "U", 9, at(2, 2)),  # closes b, opens b2
-        (3, None, "D", 10, at(2, 3)),  # closes c2
-        (4, "d2", "I", 11, at(2, 4)),  # opens a version after the delete
-        (6, "f", "I", 12, at(2, 5)),  # a new key
-        (6, "f", "I", 12, at(2, 5)),  # twice in this window
-        (5, "e", "U", 13, at(2, 6)),  # continues e, then closes it
-        (5, "e3", "U", 14, at(2, 7)),
+        (1, "a", "U", 12, at(2, 1)),  # untracked only: updated in place
+        (2, "b2", "U", 13, at(2, 2)),  # closes b, opens b2
+        (3, None, "D", 14, at(2, 3)),  # closes c2
+        (4, "d2", "I", 15, at(2, 4)),  # opens a version after the delete
+        (6, "f", "I", 16, at(2, 5)),  # a new key
+        (6, "f", "I", 16, at(2, 5)),  # twice in this window
+        (5, "e", "U", 17, at(2, 6)),  # continues e, then closes it
+        (5, "e3", "U", 18, at(2, 7)),
+        (7, "g", "U", 19, at(2, 8)),  # updated in place, still from at(1, 8)
+        (8, "h2", "U", 20, at(2, 9)),  # closes h, which started at at(1, 10)
     ]
     folder.drop(feed(*day2))
     look, staged = staging_seen(target, "staged", "*/*")
@@ -373,13 +380,13 @@ def test_a_run_whose_events_all_follow_the_log_continues_the_newest_versions_unr
     second = load(spark, spec, target, 2, hook=look)
 
     assert staged == [["events", "increment", "new_changes"]]  # no "log"
-    assert second.changes == {"open": 4, "close": 3, "update": 1, "remove": 0}
-    assert (second.rows_extracted, second.rows_unchanged) == (8, 1)
+    assert second.changes == {"open": 5, "close": 4, "update": 2, "remove": 0}
+    assert (second.rows_extracted, second.rows_unchanged) == (10, 1)
     assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference(day1 + day2)
     assert checks.rows_reconciled(spec, second).passed
     assert differences(spark, spec, target) == (0, 0)
     logged = DeltaTable(f"{target.path}__changes").to_pyarrow_table(columns=["lsn"])
-    assert sorted(logged.column("lsn").to_pylist()) == list(range(1, 15))
+    assert sorted(logged.column("lsn").to_pylist()) == list(range(1, 21))
 
 
 def test_a_run_after_another_commit_on_the_log_reads_the_logged_events(spark, folder, tmp_path):
@@ -403,6 +410,33 @@ def test_a_run_after_another_commit_on_the_log_reads_the_logged_events(spark, fo
     assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference(
         [(1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 2)), *day2]
     )
+
+
+def test_a_replay_within_the_millisecond_of_the_newest_logged_event_reads_the_log(
+    spark, folder, tmp_path
+):
+    # Delta keeps the log's timestamp statistics to the millisecond: an event replayed in
+    # the newest logged event's millisecond (here at its microsecond) is not taken for
+    # one after the log, so it is found logged and not logged twice.
+    day1 = [(1, "a", "I", 1, at(1, 1))]
+    folder.drop(feed(*day1))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    newest = (2, "b", "I", 2, at(2, 1) + timedelta(microseconds=900))
+    folder.drop(feed(newest))
+    load(spark, spec, target, 2)
+    later = (2, "b2", "U", 3, at(2, 1) + timedelta(microseconds=950))  # the same millisecond
+    folder.drop(feed(newest, later))
+    look, staged = staging_seen(target, "staged", "*/*")
+
+    again = load(spark, spec, target, 2, hook=look)  # day 2 again
+
+    assert staged == [["events", "increment", "log", "new_changes"]]
+    assert (again.rows_extracted, again.rows_unchanged) == (2, 1)
+    logged = DeltaTable(f"{target.path}__changes").to_pyarrow_table(columns=["lsn"])
+    assert sorted(logged.column("lsn").to_pylist()) == [1, 2, 3]
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference([*day1, newest, later])
 
 
 def test_the_change_log_counts_as_uncommitted_only_appends_for_the_tables_next_commit(
