@@ -14,8 +14,8 @@ Every change is also appended to a log beside the target (``<target>__changes``)
 recomputes the history of the keys it touches from their logged events plus its own, and
 stages only the versions that differ from what the target holds: a late change lands in
 history where it belongs, a replay writes nothing, and any arrival order converges. A run
-whose events all take effect after every logged one, on a table that holds every logged
-event, reads no logged event: its events only continue each key's newest version
+whose events all take effect after every logged one, when no logged append awaits a
+commit, reads no logged event: its events only continue each key's newest version
 (``later_changes``).
 """
 

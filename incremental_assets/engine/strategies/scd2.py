@@ -6,7 +6,7 @@ longer has them."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -50,6 +50,7 @@ from incremental_assets.engine.strategies.rows import (
 from incremental_assets.engine.strategies.snapshot import Snapshot, refuse_repeated_keys
 from incremental_assets.engine.strategies.upsert import Upsert
 from incremental_assets.engine.transforms import LATEST_ROW_HASH
+from incremental_assets.engine.watermarks import from_transaction_version
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.models import SNAPSHOT_AT
@@ -349,9 +350,7 @@ def _after_log(spec: TableSpec, state: TargetState, target: DeltaTarget, written
     if not state.exists or not written.get("rows") or written.get(EFFECTIVE_NULLS, 1):
         return False
     try:
-        first = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
-            microseconds=int(written[EFFECTIVE_FIRST])
-        )
+        first = from_transaction_version(int(written[EFFECTIVE_FIRST]), "timestamp")
     except OverflowError:  # beyond what Python's datetime holds
         return False
     return ChangeLog(target).precedes(spec.effective_column, first, state.sequence)

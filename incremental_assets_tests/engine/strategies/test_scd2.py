@@ -341,10 +341,10 @@ def test_a_later_run_stages_no_table_rows_nor_versions_and_logs_only_its_new_eve
 def test_a_run_whose_events_all_follow_the_log_continues_the_newest_versions_unread(
     spark, folder, tmp_path
 ):
-    # Every event of day 2 takes effect after every logged one: the run reads neither the
-    # log's rows nor the older versions, and continues each key's newest version as the
-    # table holds it (updated in place, closed, or followed after a delete), as a
-    # recomputation from the whole log would.
+    # Every event of day 2 takes effect after every logged one: the run reads no row of
+    # the log, and continues each key's newest version as the table holds it (updated in
+    # place, closed, or followed after a delete), as a recomputation from the whole log
+    # would.
     day1 = [
         (1, "a", "I", 1, at(1, 1)),
         (2, "b", "I", 2, at(1, 2)),
