@@ -265,13 +265,14 @@ def get_json(url: str):
 
 
 def poll_json(url: str):
-    """``get_json``, or None when the driver's UI did not answer within its 5 s (a driver
-    busy on cores it shares with other test runs): the caller polls again."""
+    """``get_json``, or None when the driver's UI did not answer within its 5 s or closed
+    the connection unanswered (a driver busy on cores it shares with other test runs: its
+    UI server drops what it cannot serve): the caller polls again."""
     try:
         return get_json(url)
-    except TimeoutError:
+    except (TimeoutError, ConnectionResetError):  # RemoteDisconnected is a reset
         return None
     except urllib.error.URLError as error:
-        if isinstance(error.reason, TimeoutError):
+        if isinstance(error.reason, (TimeoutError, ConnectionResetError)):
             return None
         raise
