@@ -197,15 +197,6 @@ class DeltaTarget:
         """How Spark SQL names the table: its catalog name, else ``delta.`<location>```."""
         return catalog.sql_table(self.spark_path, self.catalog_table)
 
-    def warm(self, spark: SparkSession) -> None:
-        """Have Spark load the table's state from its log (the files and transactions of its
-        current version: ``DESCRIBE DETAIL`` computes them, as a merge would first), so that
-        a run can do it while it extracts rather than in its commit. A merge after another
-        writer's commit loads the newer version itself. Best effort: what fails here fails
-        the commit's own read of the log too, and is reported there."""
-        with suppress(Exception):
-            spark.sql(f"DESCRIBE DETAIL {self.sql_table}").collect()
-
     def check_catalog(self, spark: SparkSession) -> None:
         """Before a run writes: a catalog name must reach the Delta table at the location
         (registered there if the catalog lacks it). Path targets have nothing to check."""

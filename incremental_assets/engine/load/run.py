@@ -23,7 +23,6 @@ from incremental_assets.engine.load.probe import open_source, probe
 from incremental_assets.engine.load.result import LoadResult, Phases, result
 from incremental_assets.engine.load.stage import extract, rows_by_partition
 from incremental_assets.engine.spark import remote
-from incremental_assets.engine.spark.alongside import alongside
 from incremental_assets.engine.store_errors import naming_store_errors
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.engine.unreadable import naming_source_files
@@ -116,15 +115,10 @@ def _run_load(
         staging.run_folder(spark, staging_root) as stage_root,
         staging.vanished_as(stage_root, target.concurrent_error),
     ):
-        # A merge's first step is to load the table's state from its log (a few Spark
-        # jobs, and in a new process Delta's classes): done while the run extracts.
-        warming = alongside(spark, lambda: target.warm(spark)) if state.exists else nullcontext()
-        with warming as warmed, phase("extract"), naming_source_files(spec.name, source_path):
+        with phase("extract"), naming_source_files(spec.name, source_path):
             extracted = extract(
                 spark, strategy, source, window, state, target, stage_root, request.run_id
             )
-            if warmed is not None:
-                warmed()
         hook("staged")
         crash_point("after_extract")
 
