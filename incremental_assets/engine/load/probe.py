@@ -13,7 +13,6 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState
 from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.sources import Source, source_class
 from incremental_assets.engine.sources.identity import check_unchanged
-from incremental_assets.engine.spark.alongside import alongside
 from incremental_assets.engine.strategies import strategy_for
 from incremental_assets.engine.windows import LoadRequest, Window
 from incremental_assets.specs import TableSpec
@@ -81,24 +80,11 @@ def probe(
     opened = opened or open_source(spark, spec, target, source_storage)
     source, state = opened.source, opened.state
     clock = source.clock()
-    if strategy.reads_whole_source:
-        window, outside = strategy.plan_window(source, state, request, clock)
-        return Probe(source, state, clock, window, outside)
-    column = spec.watermark.column
-
-    def ledger_from(cursor: object) -> late_files.FileLedger | None:
-        return late_files.plan(source, target, state, cursor, column)
-
-    # The late files come from the source's log since the last load, the high-water mark
-    # from a scan of the source: both read the source as opened (its version pinned), and
-    # neither needs the other, so the log is read while the scan runs. Each is a small
-    # Spark job that waits on the driver more than on the cores.
-    with alongside(spark, lambda: ledger_from(state.cursor)) as planned:
-        window, outside = strategy.plan_window(source, state, request, clock)
-        ledger = planned()
-    if window.cursor_before != state.cursor:
-        # A window that does not start at the cursor (none of today's strategies).
-        ledger = ledger_from(window.cursor_before)
-    if ledger is not None:
-        window = window.with_late_files(ledger.late)
+    window, outside = strategy.plan_window(source, state, request, clock)
+    ledger = None
+    if not strategy.reads_whole_source:
+        column = spec.watermark.column
+        ledger = late_files.plan(source, target, state, window.cursor_before, column)
+        if ledger is not None:
+            window = window.with_late_files(ledger.late)
     return Probe(source, state, clock, window, outside, ledger)
