@@ -412,6 +412,43 @@ def test_a_run_after_another_commit_on_the_log_reads_the_logged_events(spark, fo
     )
 
 
+def test_a_run_after_an_append_that_no_commit_followed_reads_the_log_and_folds_it(
+    spark, folder, tmp_path, monkeypatch
+):
+    # A run killed after its change log's append and before its commit leaves an event the
+    # table does not hold. The next run's events all take effect after it, but the log's
+    # newest commit is that append, not the one of the table's last commit: the run reads
+    # the log, and the killed run's event takes its place in the history.
+    day1 = [(1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 2))]
+    folder.drop(feed(*day1))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    killed = (1, "a2", "U", 3, at(2, 1))
+    folder.drop(feed(killed))
+    with monkeypatch.context() as patched:
+
+        def killed_before_commit(*args, **kwargs):
+            raise RuntimeError("killed before its commit")
+
+        patched.setattr(DeltaTarget, "commit", killed_before_commit)
+        with pytest.raises(RuntimeError, match="killed before its commit"):
+            load(spark, spec, target, 2)
+    logged = DeltaTable(f"{target.path}__changes").to_pyarrow_table(columns=["lsn"])
+    assert sorted(logged.column("lsn").to_pylist()) == [1, 2, 3]  # appended, not committed
+    shutil.rmtree(folder.path)  # the killed run's delivery is gone from the source
+    folder.path.mkdir()
+    day3 = [(1, "a3", "U", 4, at(3, 1)), (2, "b3", "U", 5, at(3, 2))]
+    folder.drop(feed(*day3))
+    look, staged = staging_seen(target, "staged", "*/*")
+
+    third = load(spark, spec, target, 3, hook=look)
+
+    assert staged == [["events", "increment", "log", "new_changes"]]
+    assert third.rows_by_partition == {"2026-01-01": 2, "2026-01-02": 1, "2026-01-03": 2}
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference([*day1, killed, *day3])
+
+
 def test_a_replay_within_the_millisecond_of_the_newest_logged_event_reads_the_log(
     spark, folder, tmp_path
 ):
