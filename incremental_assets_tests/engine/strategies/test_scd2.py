@@ -447,6 +447,7 @@ def test_a_run_after_an_append_that_no_commit_followed_reads_the_log_and_folds_i
     third = load(spark, spec, target, 3, hook=look)
 
     assert staged == [["events", "increment", "log", "new_changes"]]
+    assert (third.rows_extracted, third.rows_unchanged, third.events_recovered) == (2, 0, 1)
     assert third.rows_by_partition == {"2026-01-01": 2, "2026-01-02": 1, "2026-01-03": 2}
     assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference([*day1, killed, *day3])
 
