@@ -185,7 +185,9 @@ def probe_source(
     - with ``in_range`` (the table's ``partitioning.start`` and the source clock, time
       watermarks): the rows out of range, as ``out_of_range``;
     - with ``high_water`` (a probe part without a tie-break, and the watermark's kind):
-      the part's high-water mark, as ``Source.high_water``;
+      the part's high-water mark, as ``Source.high_water``; where the source's statistics
+      state it (``stated_high_water``: an integer column of a Delta table read by its
+      path) and no other question needs a scan, that value, with no Spark job;
     - where only a scan can count them (a folder of files; a Delta source whose log
       statistics do not count live rows: ``Source.known_nulls``), the rows whose
       ``column`` is null: the scan takes them too (Parquet row groups without a null are
@@ -209,8 +211,11 @@ def probe_source(
     ties = None if tiebreak not in source.schema.fieldNames() else tiebreak
     known_ties = None if ties is None else source.known_nulls(ties)
     to_count = ties if ties is not None and known_ties is None else None
-    if in_range is None and high_water is None and known is not None and to_count is None:
-        return Probed(None, None, known, known_ties)
+    if in_range is None and known is not None and to_count is None:
+        # Nothing a scan alone can tell: the statistics may state the high-water mark too.
+        stated = None if high_water is None else stated_high_water(source, *high_water)
+        if high_water is None or stated is not _UNSTATED:
+            return Probed(None, stated, known, known_ties)
     whole = high_water
     if high_water is not None:
         high_water = (narrowed(source, high_water[0]), high_water[1])
@@ -230,6 +235,36 @@ def probe_source(
     if known is not None:
         probed = probed._replace(nulls=known)
     return probed if known_ties is None else probed._replace(tiebreak_nulls=known_ties)
+
+
+_UNSTATED = object()
+
+
+def stated_high_water(source: Source, part: Part, kind: WatermarkKind) -> object:
+    """The high-water mark of the probe ``part`` (one range on the watermark column) as
+    the source's statistics state it (``Source.stated_highest``), with no scan: that value
+    where the part holds it, None where it lies at or below the part's lower bound (no
+    row is new). ``_UNSTATED`` where only a scan can tell: no stated value, a tie-break,
+    or a value at or above the part's upper bound (the window's cap; the highest row
+    below it is the mark)."""
+    if len(part) != 1 or part[0].tiebreak is not None or kind in ("timestamp", "hybrid"):
+        return _UNSTATED
+    (probe,) = part
+    top = source.stated_highest(probe.column)
+    if top is None:
+        return _UNSTATED
+    try:
+        if probe.upper is not None and (
+            top > probe.upper or (top == probe.upper and not probe.upper_inclusive)
+        ):
+            return _UNSTATED
+        if probe.lower is not None and (
+            top < probe.lower or (top == probe.lower and not probe.lower_inclusive)
+        ):
+            return None
+    except TypeError:
+        return _UNSTATED  # statistics of another type than the bounds
+    return from_transaction_version(int(top), kind)
 
 
 def narrowed(source: Source, part: Part) -> Part:

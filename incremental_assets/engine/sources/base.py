@@ -175,6 +175,12 @@ class Source(ABC):
         rows at or above ``low`` for the high-water mark (``guards.probe_source``)."""
         return None
 
+    def stated_highest(self, column: str) -> object | None:
+        """The source's highest value of ``column`` where its statistics state it exactly,
+        so that no scan is needed to find it (a Delta log's, for an integer column);
+        None otherwise."""
+        return None
+
     def clock(self) -> datetime:
         """The source's current time, against which settle lag and lag are measured."""
         return datetime.now(timezone.utc)

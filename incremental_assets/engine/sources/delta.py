@@ -172,6 +172,18 @@ class DeltaSource(Source):
             return None
         return delta_io.highest_bounds(self._files, column)
 
+    def stated_highest(self, column: str) -> object | None:
+        """An integer column's highest value, from the log's statistics where they count
+        live rows (``highest_bounds``: exact for integers, where a timestamp's are kept to
+        the millisecond) and Spark reads every row they count: a table read by its path
+        (a catalog may filter the rows its readers see)."""
+        if self.spec.table is not None:
+            return None
+        bounds = self.highest_bounds(column)
+        if bounds is None or bounds[0] != bounds[1] or not isinstance(bounds[0], int):
+            return None
+        return bounds[0]
+
     def describe(self) -> str:
         name = f"{self.spec.table} at {self.spec.path}" if self.spec.table else self.spec.path
         return f"delta {name}@v{self.version}"

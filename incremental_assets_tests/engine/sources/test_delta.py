@@ -4,6 +4,7 @@ mapping (any Databricks table after a rename) and deletion vectors are honoured.
 from __future__ import annotations
 
 import os
+import uuid
 from datetime import datetime, timedelta
 
 import pyarrow as pa
@@ -216,8 +217,8 @@ def test_a_part_above_every_row_finds_no_mark_and_falls_back_to_nothing(spark, t
 def test_an_id_watermark_is_probed_from_the_files_its_statistics_say_hold_the_highest(
     spark, tmp_path
 ):
-    # Integer statistics are exact: the probe reads the file whose maximum is the highest
-    # and finds the same mark, with every other file gone from disk.
+    # Integer statistics are exact: the probe finds the same mark with every file but the
+    # one whose maximum is the highest gone from disk (it reads none: the test below).
     source = str(tmp_path / "source")
     _keep_only_the_highest(source, _three_files_by_hour(source), "order_id")
     opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
@@ -227,6 +228,47 @@ def test_an_id_watermark_is_probed_from_the_files_its_statistics_say_hold_the_hi
     probed = probe_source(opened, "order_id", "UTC", None, (part, "id"))
 
     assert probed.high_water == 5
+
+
+def test_an_id_watermarks_mark_is_read_from_the_log_with_no_scan(spark, tmp_path):
+    # Integer statistics of live rows state the highest value exactly: with every data
+    # file gone from disk (a scan would fail), the probe still finds the mark, or that
+    # no row lies above the cursor. A cap at or below that value needs the highest row
+    # under it, which only a scan finds.
+    source = str(tmp_path / "source")
+    files = _three_files_by_hour(source)
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+    assert opened.stated_highest("order_id") == 5
+    assert opened.stated_highest("updated_at") is None  # kept to the millisecond
+    capped = (Range("order_id", 2, False, 5, False),)
+    assert probe_source(opened, "order_id", "UTC", None, (capped, "id")).high_water == 4
+    for add in files:
+        os.remove(os.path.join(source, add["path"]))
+
+    def mark(lower: int | None, upper: int | None = None, inclusive: bool = False):
+        part = (Range("order_id", lower, False, upper, inclusive),)
+        return probe_source(opened, "order_id", "UTC", None, (part, "id")).high_water
+
+    assert (mark(2), mark(None), mark(4), mark(2, 6), mark(2, 5, inclusive=True)) == (5,) * 5
+    assert (mark(5), mark(7)) == (None, None)  # the cursor at or above every row
+    with pytest.raises(Exception, match=r"(?i)file.*(not exist|not found)"):
+        mark(2, 5)  # below the cap: scanned
+
+
+def test_a_catalog_delta_sources_mark_is_not_taken_from_its_log(spark, tmp_path):
+    # A catalog may filter the rows its readers see (row filters): its log's statistics
+    # count rows Spark may not read, so the mark comes from a scan.
+    source = str(tmp_path / "source")
+    _keep_only_the_highest(source, _three_files_by_hour(source), "order_id")
+    name = f"src_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{source}'")
+    spec = make_spec("", source={"format": "delta", "path": None, "table": name})
+    opened = DeltaSource.open(spark, "orders", spec.source, {})
+    assert opened.highest_bounds("order_id") == (5, 5)
+
+    assert opened.stated_highest("order_id") is None
+    part = (Range("order_id", 2, False, None, False),)
+    assert probe_source(opened, "order_id", "UTC", None, (part, "id")).high_water == 5
 
 
 def test_a_file_of_null_watermarks_bounds_nothing_and_the_probe_finds_the_mark(spark, tmp_path):
