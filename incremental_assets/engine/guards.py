@@ -183,11 +183,12 @@ def probe_source(
     the source (its files, their statistics) anew:
 
     - with ``in_range`` (the table's ``partitioning.start`` and the source clock, time
-      watermarks): the rows out of range, as ``out_of_range``;
+      watermarks): the rows out of range, as ``out_of_range``; none, with no scan, where
+      the source's statistics put every row in range (``Source.holds_none``);
     - with ``high_water`` (a probe part without a tie-break, and the watermark's kind):
       the part's high-water mark, as ``Source.high_water``; where the source's statistics
-      state it (``stated_high_water``: an integer column of a Delta table read by its
-      path) and no other question needs a scan, that value, with no Spark job;
+      state it (``stated_high_water``: a Delta table read by its path) and no other
+      question needs a scan, that value, with no Spark job;
     - where only a scan can count them (a folder of files; a Delta source whose log
       statistics do not count live rows: ``Source.known_nulls``), the rows whose
       ``column`` is null: the scan takes them too (Parquet row groups without a null are
@@ -211,11 +212,15 @@ def probe_source(
     ties = None if tiebreak not in source.schema.fieldNames() else tiebreak
     known_ties = None if ties is None else source.known_nulls(ties)
     to_count = ties if ties is not None and known_ties is None else None
+    stated_outside = None
+    if in_range is not None and source.holds_none(_outside_parts(column, *in_range), zone):
+        # The statistics put every row in range: no scan needs to count any outside it.
+        stated_outside, in_range = OutOfRange(0, 0, in_range[0]), None
     if in_range is None and known is not None and to_count is None:
         # Nothing a scan alone can tell: the statistics may state the high-water mark too.
         stated = None if high_water is None else stated_high_water(source, *high_water)
         if high_water is None or stated is not _UNSTATED:
-            return Probed(None, stated, known, known_ties)
+            return Probed(stated_outside, stated, known, known_ties)
     whole = high_water
     if high_water is not None:
         high_water = (narrowed(source, high_water[0]), high_water[1])
@@ -234,6 +239,8 @@ def probe_source(
         probed = probed._replace(high_water=_scan(source, column, zone, None, whole).high_water)
     if known is not None:
         probed = probed._replace(nulls=known)
+    if stated_outside is not None:
+        probed = probed._replace(outside=stated_outside)
     return probed if known_ties is None else probed._replace(tiebreak_nulls=known_ties)
 
 
@@ -247,11 +254,11 @@ def stated_high_water(source: Source, part: Part, kind: WatermarkKind) -> object
     row is new). ``_UNSTATED`` where only a scan can tell: no stated value, a tie-break,
     or a value at or above the part's upper bound (the window's cap; the highest row
     below it is the mark)."""
-    if len(part) != 1 or part[0].tiebreak is not None or kind in ("timestamp", "hybrid"):
+    if len(part) != 1 or part[0].tiebreak is not None or kind == "hybrid":
         return _UNSTATED
     (probe,) = part
     top = source.stated_highest(probe.column)
-    if top is None:
+    if top is None or isinstance(top, datetime) != (kind == "timestamp"):
         return _UNSTATED
     try:
         if probe.upper is not None and (
@@ -264,7 +271,7 @@ def stated_high_water(source: Source, part: Part, kind: WatermarkKind) -> object
             return None
     except TypeError:
         return _UNSTATED  # statistics of another type than the bounds
-    return from_transaction_version(int(top), kind)
+    return top
 
 
 def narrowed(source: Source, part: Part) -> Part:
@@ -313,7 +320,7 @@ def _scan(
     if in_range is not None:
         start, clock = in_range
         horizon = clock + FUTURE_TOLERANCE
-        parts += [(Range(column, None, False, start, False),), (Range(column, horizon, False),)]
+        parts += _outside_parts(column, start, clock)
     if high_water is not None:
         parts.append(high_water[0])
     value = F.col(quote(column))
@@ -369,6 +376,13 @@ def _scan(
     if high_water is not None and found["hw"] is not None:
         high = from_transaction_version(int(found["hw"]), high_water[1])
     return Probed(outside, high, counted, ties_counted)
+
+
+def _outside_parts(column: str, start: datetime, clock: datetime) -> list[Part]:
+    """The rows of a time watermark ``column`` before ``start`` or more than
+    ``FUTURE_TOLERANCE`` after ``clock``."""
+    horizon = clock + FUTURE_TOLERANCE
+    return [(Range(column, None, False, start, False),), (Range(column, horizon, False),)]
 
 
 def _instant(micros: int | None) -> datetime | None:

@@ -6,14 +6,23 @@ from the change data feed, or reported when the source has none."""
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine import DeltaTarget, run_load
 from incremental_assets.engine.late_files import pending
-from incremental_assets_tests.builders import at, load, make_spec, order_rows, target_rows
+from incremental_assets_tests.builders import (
+    at,
+    day_request,
+    load,
+    make_spec,
+    order_rows,
+    target_rows,
+)
+from incremental_assets_tests.servers import s3_options
 
 SCHEMA = "order_id long, status string, amount double, updated_at timestamp"
 
@@ -179,3 +188,28 @@ def test_a_source_dropped_and_created_again_is_read_whole_by_the_next_run(spark,
     result = load(spark, spec, target, 2)
     assert (result.files_late, result.rows_late) == (1, 1)
     assert pending(spark, spec, target).rows == 0
+
+
+def test_a_late_commit_of_a_source_on_s3_is_found_in_its_log_there(spark, s3, tmp_path):
+    # The source's log is read where the source lives, with its storage options.
+    bucket = f"src-{uuid.uuid4().hex[:10]}"
+    s3.create(bucket)
+    source, through_spark = f"s3://{bucket}/orders", f"s3a://{bucket}/orders"
+    create(spark, through_spark)
+    spec = make_spec(source)
+    target = DeltaTarget("orders", str(tmp_path / "orders"))
+    storage = s3_options(s3.endpoint)
+
+    def run(day: int):
+        return run_load(spark, spec, target, day_request(day), source_storage=storage)
+
+    append(spark, through_spark, (1, "new", 1.0, at(1, 1)), (2, "new", 2.0, at(1, 2)))
+    run(1)
+    append(spark, through_spark, (3, "new", 3.0, at(2, 1)))
+    run(2)
+    append(spark, through_spark, (4, "new", 4.0, at(1, 5)))  # day 1's, after day 2's load
+
+    result = run(2)
+
+    assert (result.files_late, result.rows_late) == (1, 1)
+    assert [r[0] for r in target_rows(target)] == [1, 2, 3, 4]

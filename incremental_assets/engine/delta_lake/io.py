@@ -19,6 +19,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -34,7 +35,7 @@ from pyspark.sql.types import (
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.spark.local_rows import no_rows
 from incremental_assets.engine.transforms import quote
-from incremental_assets.engine.watermarks import to_utc
+from incremental_assets.engine.watermarks import from_transaction_version, to_utc
 
 # Delta statistics hold timestamps truncated to milliseconds: widen them so pruning never
 # drops a file whose true minimum or maximum lies inside the truncated millisecond.
@@ -151,6 +152,30 @@ def highest_bounds(actions: pa.Table, column: str) -> tuple[object, object] | No
     except (TypeError, OverflowError):
         return None  # statistics of mixed types, or at the end of Python's datetimes
     return top, top
+
+
+def highest_read(table: DeltaTable, column: str, low: datetime, high: datetime) -> datetime | None:
+    """The highest value of ``column`` (a timestamp with a zone), read by
+    delta-rs from the rows at or above ``low`` of the files whose statistics may hold one
+    (``highest_bounds`` put it in [``low``, ``high``]): the few rows a timestamp's
+    millisecond statistics leave open, with no Spark job. None where it is not found
+    there, or delta-rs cannot read the table (a reader feature it lacks)."""
+    try:
+        # delta-rs prunes files by statistics of its own reading: a second under the bound
+        # keeps every file that may hold a row at or above it.
+        dataset = table.to_pyarrow_dataset(
+            file_pruning_predicate=[(column, ">=", low - timedelta(seconds=1))]
+        )
+        rows = dataset.to_table(columns=[column], filter=pc.field(column) >= low)
+        micros = rows.column(0).cast(pa.timestamp("us", "UTC")).cast(pa.int64())
+        found = pc.max(micros).as_py()
+    except (DeltaError, OSError, pa.ArrowException):
+        return None
+    if found is None:
+        return None
+    value = from_transaction_version(int(found), "timestamp")
+    assert isinstance(value, datetime)
+    return value if low <= value <= high else None
 
 
 def above_bound(cursor: object) -> tuple[object, bool]:

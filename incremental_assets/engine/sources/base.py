@@ -176,10 +176,15 @@ class Source(ABC):
         return None
 
     def stated_highest(self, column: str) -> object | None:
-        """The source's highest value of ``column`` where its statistics state it exactly,
-        so that no scan is needed to find it (a Delta log's, for an integer column);
-        None otherwise."""
+        """The source's highest value of ``column`` where it is known without a Spark
+        job (a Delta log's statistics, and for a timestamp the few rows they leave
+        open); None otherwise."""
         return None
+
+    def holds_none(self, parts: list[Part], zone: str) -> bool:
+        """Whether the source's statistics say that no row lies in ``parts`` (raw
+        bounds for a zone-less timestamp in ``zone``); False where only a scan can tell."""
+        return False
 
     def clock(self) -> datetime:
         """The source's current time, against which settle lag and lag are measured."""

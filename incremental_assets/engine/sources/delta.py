@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.sql import DataFrame, SparkSession
@@ -14,6 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from incremental_assets.engine import predicates
 from incremental_assets.engine.delta_lake import catalog
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.errors import SourceNotFoundError
@@ -56,6 +59,7 @@ class DeltaSource(Source):
     def __init__(self, spark: SparkSession, table: str, spec: SourceSpec, storage: dict):
         super().__init__(table, spec)
         self._spark = spark
+        self._storage = dict(storage or {})
         if not DeltaTable.is_deltatable(spec.path, storage_options=storage or None):
             raise SourceNotFoundError(
                 table,
@@ -114,7 +118,9 @@ class DeltaSource(Source):
         """The files the commits after ``version`` (up to the pinned one) appended that may
         hold a row with ``column`` at or below ``cursor``, the change data of the versions
         that rewrote files (or those versions, unchecked, without a change data feed)."""
-        added = delta_log.added_since(self._spark, self._uri, version + 1, self.version)
+        added = delta_log.added_since(
+            self._table.table_uri, self._storage, version + 1, self.version
+        )
         self._added = added.appended
         physical = self._physical_name(column)
         late = [
@@ -173,16 +179,28 @@ class DeltaSource(Source):
         return delta_io.highest_bounds(self._files, column)
 
     def stated_highest(self, column: str) -> object | None:
-        """An integer column's highest value, from the log's statistics where they count
-        live rows (``highest_bounds``: exact for integers, where a timestamp's are kept to
-        the millisecond) and Spark reads every row they count: a table read by its path
-        (a catalog may filter the rows its readers see)."""
+        """The column's highest value where the log's statistics count live rows
+        (``highest_bounds``) and Spark reads every row they count: a table read by its
+        path (a catalog may filter the rows its readers see). An integer's statistics
+        state it exactly; a timestamp's are kept to the millisecond, so delta-rs reads the
+        rows of the files that may hold it, at or above their bound (no Spark job)."""
         if self.spec.table is not None:
             return None
         bounds = self.highest_bounds(column)
-        if bounds is None or bounds[0] != bounds[1] or not isinstance(bounds[0], int):
+        if bounds is None:
             return None
-        return bounds[0]
+        low, high = bounds
+        if isinstance(low, datetime) and isinstance(high, datetime):
+            return delta_io.highest_read(self._table, column, low, high)
+        return low if isinstance(low, int) and low == high else None
+
+    def holds_none(self, parts: list[Part], zone: str) -> bool:
+        """Whether no file's statistics (or partition values) admit a row of ``parts``:
+        bounds, so true of the rows Spark reads under deletion vectors or a catalog's row
+        filter too; files without statistics admit every row."""
+        types = {f.name: f.dataType for f in self._schema.fields}
+        raw = predicates.to_source_ranges(parts, types, zone)
+        return not delta_io.prune_files(self._files, raw)
 
     def describe(self) -> str:
         name = f"{self.spec.table} at {self.spec.path}" if self.spec.table else self.spec.path

@@ -15,7 +15,14 @@ from incremental_assets.engine import DeltaTarget, run_load
 from incremental_assets.engine.guards import probe_source
 from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.sources.delta import DeltaSource
-from incremental_assets_tests.builders import at, day_request, make_spec, order_rows, target_rows
+from incremental_assets_tests.builders import (
+    at,
+    day_request,
+    jobs_in,
+    make_spec,
+    order_rows,
+    target_rows,
+)
 
 
 def test_a_column_mapped_source_loads_its_logical_columns(spark, tmp_path):
@@ -239,7 +246,6 @@ def test_an_id_watermarks_mark_is_read_from_the_log_with_no_scan(spark, tmp_path
     files = _three_files_by_hour(source)
     opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
     assert opened.stated_highest("order_id") == 5
-    assert opened.stated_highest("updated_at") is None  # kept to the millisecond
     capped = (Range("order_id", 2, False, 5, False),)
     assert probe_source(opened, "order_id", "UTC", None, (capped, "id")).high_water == 4
     for add in files:
@@ -253,6 +259,29 @@ def test_an_id_watermarks_mark_is_read_from_the_log_with_no_scan(spark, tmp_path
     assert (mark(5), mark(7)) == (None, None)  # the cursor at or above every row
     with pytest.raises(Exception, match=r"(?i)file.*(not exist|not found)"):
         mark(2, 5)  # below the cap: scanned
+
+
+def test_a_time_watermarks_mark_and_range_are_found_with_no_spark_job(spark, tmp_path):
+    # A timestamp's statistics are kept to the millisecond: delta-rs reads the rows at or
+    # above their bound from the one file that may hold the highest (the others gone from
+    # disk), and the statistics put every row in range. Rows out of range still take a
+    # scan, which counts them.
+    source = str(tmp_path / "source")
+    _keep_only_the_highest(source, _three_files_by_hour(source), "updated_at")
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+    top = at(1, 5) + timedelta(microseconds=999_999)
+    part = (Range("updated_at", at(1, 2), False, None, False),)
+
+    probed, jobs = jobs_in(
+        spark,
+        "probe",
+        lambda: probe_source(opened, "updated_at", "UTC", (at(1), at(2)), (part, "timestamp")),
+    )
+
+    assert (probed.high_water, probed.nulls, jobs) == (top, 0, 0)
+    assert probed.outside is not None and probed.outside.total == 0
+    with pytest.raises(Exception, match=r"(?i)file.*(not exist|not found)"):
+        probe_source(opened, "updated_at", "UTC", (at(1, 3), at(2)), (part, "timestamp"))
 
 
 def test_a_catalog_delta_sources_mark_is_not_taken_from_its_log(spark, tmp_path):
