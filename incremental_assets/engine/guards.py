@@ -158,11 +158,11 @@ def out_of_range(
 
 
 class Probed(NamedTuple):
-    """What the probe's scan of the source found (``probe_source``): the rows no window
-    reaches, the high-water mark of the probe part and the rows whose watermark (and a
-    hybrid watermark's tie-break) is null, as the scan counted them or the source's
-    statistics knew them (None: a database source, which counts them in a query of its
-    own, ``Source.count_nulls``, or no tie-break asked for)."""
+    """What the probe found (``probe_source``), by a scan of the source or from its
+    statistics: the rows no window reaches, the high-water mark of the probe part and the
+    rows whose watermark (and a hybrid watermark's tie-break) is null, as the scan counted
+    them or the source's statistics knew them (None: a database source, which counts them
+    in a query of its own, ``Source.count_nulls``, or no tie-break asked for)."""
 
     outside: OutOfRange | None
     high_water: WatermarkValue | None
@@ -178,7 +178,8 @@ def probe_source(
     high_water: tuple[Part, WatermarkKind] | None,
     tiebreak: str | None = None,
 ) -> Probed:
-    """What a run's probe asks of the source about its watermark ``column``, in one
+    """What a run's probe asks of the source about its watermark ``column``: from the
+    source's statistics where they answer (a Delta log's; no Spark job), else in one
     filtered aggregation where there were up to three Spark jobs, each of which planned
     the source (its files, their statistics) anew:
 

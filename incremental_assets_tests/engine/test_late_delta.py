@@ -13,6 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget, run_load
+from incremental_assets.engine.errors import UnreadableLogError
 from incremental_assets.engine.late_files import pending
 from incremental_assets_tests.builders import (
     at,
@@ -213,3 +214,21 @@ def test_a_late_commit_of_a_source_on_s3_is_found_in_its_log_there(spark, s3, tm
 
     assert (result.files_late, result.rows_late) == (1, 1)
     assert [r[0] for r in target_rows(target)] == [1, 2, 3, 4]
+
+
+def test_a_commit_file_that_is_not_json_fails_the_run_naming_it(spark, tmp_path):
+    # A checkpoint past it, so opening the source never parses it: the ledger's read of
+    # the commits since the last load does, and names the file; nothing is written.
+    source, spec, target, _ = loaded_two_days(spark, tmp_path, **{"delta.checkpointInterval": "2"})
+    loaded = DeltaTable(source).version()
+    for n in range(3):
+        append(spark, source, (10 + n, "new", 1.0, at(2, 3 + n)))
+    broken = Path(source) / "_delta_log" / f"{loaded + 1:020d}.json"
+    broken.write_text("not json\n")
+    before = DeltaTable(target.path).version()
+
+    with pytest.raises(UnreadableLogError, match=broken.name) as refused:
+        load(spark, spec, target, 2)
+
+    assert "restore that file" in str(refused.value)
+    assert DeltaTable(target.path).version() == before

@@ -4,6 +4,9 @@ delta-spark's JVM jars are not needed: delta-rs resolves the snapshot (which fil
 live), prunes them with the per-file min/max statistics of the Delta log, and Spark reads
 the remaining Parquet files with the table's schema. Tables written here use neither
 deletion vectors nor column mapping, the two features a plain Parquet read would miss.
+What the statistics tell without a Spark job is read here too: the bounds of a column's
+highest value, and (``highest_read``) a timestamp's, read by delta-rs from the few rows
+its millisecond statistics leave open.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -77,16 +80,17 @@ def _file_admits(row: dict, part: Part) -> bool:
             low = high = value
         else:
             low, high = row.get(f"min.{r.column}"), row.get(f"max.{r.column}")
+        try:
             if isinstance(low, datetime):
                 low -= _STATS_SLACK
             if isinstance(high, datetime):
                 high += _STATS_SLACK
-        try:
             if not r.admits(low, high):
                 return False
-        except TypeError:
-            # Statistics of another type than the bound (e.g. partition values as text):
-            # keep the file; Spark's filter is exact.
+        except (TypeError, OverflowError):
+            # Statistics of another type than the bound (e.g. partition values as text),
+            # or at the end of Python's datetimes (a sentinel such as 0001-01-01): keep
+            # the file; Spark's filter is exact.
             continue
     return True
 
@@ -159,17 +163,20 @@ def highest_read(table: DeltaTable, column: str, low: datetime, high: datetime) 
     delta-rs from the rows at or above ``low`` of the files whose statistics may hold one
     (``highest_bounds`` put it in [``low``, ``high``]): the few rows a timestamp's
     millisecond statistics leave open, with no Spark job. None where it is not found
-    there, or delta-rs cannot read the table (a reader feature it lacks)."""
+    there, or delta-rs cannot read it (a reader feature it lacks, a store's refusal): the
+    probe's Spark scan then finds it."""
     try:
         # delta-rs prunes files by statistics of its own reading: a second under the bound
-        # keeps every file that may hold a row at or above it.
+        # keeps every file that may hold a row at or above it. INT96 values (older
+        # writers) are read in microseconds, as Spark reads them.
         dataset = table.to_pyarrow_dataset(
-            file_pruning_predicate=[(column, ">=", low - timedelta(seconds=1))]
+            file_pruning_predicate=[(column, ">=", low - timedelta(seconds=1))],
+            parquet_read_options=pads.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
         )
         rows = dataset.to_table(columns=[column], filter=pc.field(column) >= low)
         micros = rows.column(0).cast(pa.timestamp("us", "UTC")).cast(pa.int64())
         found = pc.max(micros).as_py()
-    except (DeltaError, OSError, pa.ArrowException):
+    except Exception:
         return None
     if found is None:
         return None

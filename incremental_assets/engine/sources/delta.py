@@ -36,8 +36,10 @@ _BOUNDED_TYPES = (TimestampType, LongType, IntegerType, ShortType, ByteType)
 class DeltaSource(Source):
     """A Delta table read through Spark's Delta Lake at the version pinned when the run
     opens it (time travel), so one run reads one snapshot; column mapping, deletion
-    vectors and partition values come from the log. delta-rs only reads the log: the
-    version, and per-file statistics for counting the files a window can skip."""
+    vectors and partition values come from the log. delta-rs reads the log (the version,
+    per-file statistics, the commits since a load) and, for a timestamp watermark's
+    high-water mark, the few rows its statistics leave open: what the probe needs,
+    without a Spark job."""
 
     @classmethod
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
@@ -92,9 +94,8 @@ class DeltaSource(Source):
         # their logical names: not under deletion vectors or column mapping.
         config = self._table.metadata().configuration
         self._deletion_vectors = "deletionVectors" in (self._table.protocol().reader_features or [])
-        self._stats_exact = (
-            config.get("delta.columnMapping.mode", "none") == "none" and not self._deletion_vectors
-        )
+        self._column_mapping = config.get("delta.columnMapping.mode", "none") != "none"
+        self._stats_exact = not self._column_mapping and not self._deletion_vectors
 
     @property
     def schema(self) -> StructType:
@@ -118,9 +119,12 @@ class DeltaSource(Source):
         """The files the commits after ``version`` (up to the pinned one) appended that may
         hold a row with ``column`` at or below ``cursor``, the change data of the versions
         that rewrote files (or those versions, unchecked, without a change data feed)."""
-        added = delta_log.added_since(
-            self._table.table_uri, self._storage, version + 1, self.version
-        )
+        try:
+            added = delta_log.added_since(
+                self._table.table_uri, self._storage, version + 1, self.version
+            )
+        except ValueError as exc:  # a commit file that is not JSON (or not UTF-8)
+            raise log_error(self.table, self.spec.path, exc) from None
         self._added = added.appended
         physical = self._physical_name(column)
         late = [
@@ -195,9 +199,13 @@ class DeltaSource(Source):
         return low if isinstance(low, int) and low == high else None
 
     def holds_none(self, parts: list[Part], zone: str) -> bool:
-        """Whether no file's statistics (or partition values) admit a row of ``parts``:
-        bounds, so true of the rows Spark reads under deletion vectors or a catalog's row
-        filter too; files without statistics admit every row."""
+        """Whether no file's statistics admit a row of ``parts``: bounds, so true of the
+        rows Spark reads under deletion vectors or a catalog's row filter too; files
+        without statistics admit every row. Not answered (False) under column mapping,
+        whose statistics are kept by physical names, or for a partition column."""
+        partitioned = set(self._table.metadata().partition_columns)
+        if self._column_mapping or any(r.column in partitioned for part in parts for r in part):
+            return False
         types = {f.name: f.dataType for f in self._schema.fields}
         raw = predicates.to_source_ranges(parts, types, zone)
         return not delta_io.prune_files(self._files, raw)

@@ -225,12 +225,13 @@ class Scd2(Strategy):
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)
         logged_path = f"{stage_root}/new_changes" if fresh else None
-        # Events a run logged and died before committing, whose versions this run writes
-        # (whether or not it has new events of its own): those appended for the table's
-        # next commit. A run that creates the table finds every logged event of its window
-        # uncommitted (the table was removed, or its first load killed after the log's
-        # append). A run that needs no row of the log (``after_log``) found its newest
-        # append made for the table's last commit: nothing awaits a commit.
+        # Events a run logged and died before committing (whether or not this run has new
+        # events of its own): those appended for the table's next commit, of any key; this
+        # run writes the versions of the keys it touches. A run that creates the table
+        # finds every logged event of its window uncommitted (the table was removed, or
+        # its first load killed after the log's append). A run that needs no row of the
+        # log (``after_log``) found its newest append made for the table's last commit:
+        # nothing awaits a commit.
         recovered = 0
         if logged is not None and extracted:
             recovered = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
@@ -151,12 +151,19 @@ def _keep_only_the_highest(source: str, files: list[dict], column: str) -> None:
 
 
 def _probe_high_water(
-    spark, source: str, cap: datetime | None, bounds=None, lower: datetime | None = None
+    spark,
+    source: str,
+    cap: datetime | None,
+    bounds=None,
+    lower: datetime | None = None,
+    scanned: bool = False,
 ) -> object:
     spec = make_spec(source)
     opened = DeltaSource.open(spark, "orders", spec.source, {})
     if bounds is not None:  # statistics that do not describe the rows Spark reads
         opened.highest_bounds = lambda column: bounds
+    if scanned:  # as where delta-rs cannot state it (a catalog table): Spark's scan
+        opened.stated_highest = lambda column: None
     part = (Range("updated_at", lower, False, cap, False),)
     probed = probe_source(opened, "updated_at", "UTC", (at(1), at(2)), (part, "timestamp"))
     return probed.high_water
@@ -166,9 +173,10 @@ def test_the_probe_reads_only_the_files_whose_statistics_may_hold_the_highest_ma
     source = str(tmp_path / "source")
     _keep_only_the_highest(source, _three_files_by_hour(source), "updated_at")
 
-    high = _probe_high_water(spark, source, cap=at(2))
-
-    assert high == at(1, 5) + timedelta(microseconds=999_999)  # exact, below the statistics
+    top = at(1, 5) + timedelta(microseconds=999_999)  # exact, below the statistics
+    # Stated by delta-rs from the one file, and found by Spark's narrowed scan alike.
+    assert _probe_high_water(spark, source, cap=at(2)) == top
+    assert _probe_high_water(spark, source, cap=at(2), scanned=True) == top
 
 
 def test_a_cap_below_the_statistics_highest_value_keeps_the_whole_part_in_the_probe(
@@ -291,13 +299,55 @@ def test_a_catalog_delta_sources_mark_is_not_taken_from_its_log(spark, tmp_path)
     _keep_only_the_highest(source, _three_files_by_hour(source), "order_id")
     name = f"src_{uuid.uuid4().hex[:8]}"
     spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{source}'")
-    spec = make_spec("", source={"format": "delta", "path": None, "table": name})
-    opened = DeltaSource.open(spark, "orders", spec.source, {})
-    assert opened.highest_bounds("order_id") == (5, 5)
+    try:
+        spec = make_spec("", source={"format": "delta", "path": None, "table": name})
+        opened = DeltaSource.open(spark, "orders", spec.source, {})
+        assert opened.highest_bounds("order_id") == (5, 5)
+        part = (Range("order_id", 2, False, None, False),)
 
-    assert opened.stated_highest("order_id") is None
-    part = (Range("order_id", 2, False, None, False),)
-    assert probe_source(opened, "order_id", "UTC", None, (part, "id")).high_water == 5
+        probed, jobs = jobs_in(
+            spark, "catalog", lambda: probe_source(opened, "order_id", "UTC", None, (part, "id"))
+        )
+
+        assert opened.stated_highest("order_id") is None
+        assert probed.high_water == 5 and jobs > 0
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_sentinel_timestamps_at_the_ends_of_the_calendar_are_counted_out_of_range(spark, tmp_path):
+    # A minimum of 0001-01-01 or a maximum at 9999-12-31's last millisecond: widening
+    # the statistics by their millisecond passes the ends of Python's datetimes.
+    source = str(tmp_path / "source")
+    first = datetime(1, 1, 1, tzinfo=timezone.utc)
+    last = datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=timezone.utc)
+    write_deltalake(source, order_rows([(1, "x", 1.0, first), (2, "x", 2.0, at(1, 1))]))
+    write_deltalake(source, order_rows([(3, "x", 3.0, last)]), mode="append")
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+    part = (Range("updated_at", None, False, at(2), False),)
+
+    probed = probe_source(opened, "updated_at", "UTC", (at(1), at(2)), (part, "timestamp"))
+
+    assert probed.outside is not None
+    assert (probed.outside.before_start, probed.outside.in_future) == (1, 1)
+    assert probed.high_water == at(1, 1)
+
+
+def test_a_column_mapped_source_counts_its_rows_out_of_range_by_a_scan(spark, tmp_path):
+    # Its statistics are kept by physical names: the probe does not judge rows out of
+    # range by them, and its scan counts them.
+    source = str(tmp_path / "source")
+    rows = order_rows(
+        [(1, "x", 1.0, at(1, 1)), (2, "x", 2.0, datetime(1999, 1, 1, tzinfo=timezone.utc))]
+    )
+    write_deltalake(source, rows, configuration={"delta.columnMapping.mode": "name"})
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+    outside = [(Range("updated_at", None, False, at(1), False),)]
+
+    probed = probe_source(opened, "updated_at", "UTC", (at(1), at(2)), None)
+
+    assert not opened.holds_none(outside, "UTC")
+    assert probed.outside is not None and probed.outside.before_start == 1
 
 
 def test_a_file_of_null_watermarks_bounds_nothing_and_the_probe_finds_the_mark(spark, tmp_path):
