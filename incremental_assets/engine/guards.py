@@ -46,6 +46,9 @@ class GuardReport:
     live_rows: int
     limit: float
     empty_snapshot: bool = False
+    # How the live rows were counted: "statistics" (the Delta log's, no data read) or
+    # "spark" (a scan of the table: soft deletes the statistics cannot tell apart).
+    live_rows_from: str = "statistics"
 
     @property
     def share(self) -> float:
@@ -56,6 +59,8 @@ class GuardReport:
             "rows_deleting": self.deleting,
             "delete_share": self.share,
             "max_delete_share": self.limit,
+            "live_rows": self.live_rows,
+            "live_rows_from": self.live_rows_from,
         }
 
 
@@ -67,10 +72,17 @@ class DeleteGuard:
     limit: float
     allow_empty: bool | None = None
 
-    def judge(self, table: str, rows_in_batch: int, deleting: int, live_rows: int) -> GuardReport:
+    def judge(
+        self,
+        table: str,
+        rows_in_batch: int,
+        deleting: int,
+        live_rows: int,
+        live_rows_from: str = "statistics",
+    ) -> GuardReport:
         """The report for a run, or DeleteGuardError when the run must not write."""
         empty = self.allow_empty is not None and rows_in_batch == 0 and live_rows > 0
-        report = GuardReport(deleting, live_rows, self.limit, empty_snapshot=empty)
+        report = GuardReport(deleting, live_rows, self.limit, empty, live_rows_from)
         if empty and not self.allow_empty:
             raise DeleteGuardError(
                 table,

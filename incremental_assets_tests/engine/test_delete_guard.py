@@ -5,13 +5,18 @@ guard's numbers are metadata with a check."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from incremental_assets.dagster_layer.checks import DELETES_WITHIN_LIMIT, check_specs
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.checks import deletes_within_limit
+from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.errors import DeleteGuardError
 from incremental_assets_tests.builders import DeltaSourceTable, ParquetFolder, at, load, make_spec
 
@@ -176,3 +181,61 @@ def test_the_guard_is_reported_in_commit_metadata_and_checked(spark, tmp_path):
     commit = target.loads(limit=1)[0]
     assert (commit["rows_deleting"], commit["delete_share"]) == (2, 0.2)
     assert DELETES_WITHIN_LIMIT in {c.name for c in check_specs(spec)}
+
+
+def soft_live_rows(spark, target: DeltaTarget) -> int:
+    """The target's rows not soft-deleted, counted by Spark."""
+    flag = F.coalesce(F.col("is_deleted"), F.lit(False))
+    return target.to_spark(spark).filter(~flag).count()
+
+
+def log_only(target: DeltaTarget, where: Path) -> DeltaTable:
+    """The target's Delta log without its data files: what reads it needs nothing else."""
+    shutil.copytree(Path(target.path) / "_delta_log", where / "_delta_log")
+    return DeltaTable(str(where))
+
+
+def test_a_soft_delete_runs_live_rows_come_from_the_log_statistics(spark, tmp_path):
+    # Deleted, inserted again, deleted again: the live rows are the deleted_at nulls.
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path, deletes="soft")
+    load(spark, spec, target, 1)
+    folder.drop(feed((1, None, "D", 20, at(2, 1)), (2, None, "D", 21, at(2, 1))))
+    load(spark, spec, target, 2)
+    folder.drop(feed((1, "back", "I", 30, at(3, 1)), (3, None, "D", 31, at(3, 2))))
+    load(spark, spec, target, 3)
+    folder.drop(feed((4, None, "D", 40, at(4, 1))))
+
+    result = load(spark, spec, target, 4)
+
+    assert soft_live_rows(spark, target) == 7
+    assert result.guard is not None
+    assert (result.guard.deleting, result.guard.live_rows) == (1, 8)  # before the run
+    assert target.loads(limit=1)[0]["live_rows_from"] == "statistics"
+    # The count needs the log alone: a copy of it without a data file gives it.
+    log = log_only(target, tmp_path / "log")
+    assert delta_io.unflagged_rows(log, "deleted_at", "changed_at") == 7
+
+
+def test_a_soft_delete_without_a_time_is_counted_by_spark(spark, tmp_path):
+    # The delete's changed_at is null, so its deleted_at is too: the statistics cannot tell
+    # it from a live row, and Spark counts.
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path, deletes="soft")
+    load(spark, spec, target, 1)
+    folder.drop(feed((1, None, "D", 20, None), (5, "e", "U", 21, at(2, 1))))
+    load(spark, spec, target, 2)
+    assert soft_live_rows(spark, target) == 9
+    assert delta_io.unflagged_rows(DeltaTable(target.path), "deleted_at", "changed_at") is None
+    folder.drop(feed((2, None, "D", 30, at(3, 1))))
+
+    result = load(spark, spec, target, 3)
+
+    assert result.guard is not None
+    assert (result.guard.deleting, result.guard.live_rows) == (1, 9)
+    assert target.loads(limit=1)[0]["live_rows_from"] == "spark"
+    assert soft_live_rows(spark, target) == 8

@@ -33,6 +33,8 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
+    TimestampType,
 )
 
 from incremental_assets.engine.predicates import Part
@@ -428,6 +430,42 @@ def sql_literal(value: object) -> str:
         return f"DATE'{value.isoformat()}'"
     text = str(value).replace("\\", "\\\\").replace("'", "\\'")
     return f"'{text}'"
+
+
+def unflagged_rows(table: DeltaTable, flagged_at: str, taken_from: str) -> int | None:
+    """The rows whose ``flagged_at`` is null, from the log's statistics alone, where that
+    column is ``taken_from``'s value on the rows a flag marks and null on the others (a
+    soft-delete table's ``deleted_at``, from the delete's time: changes.soft_delete_columns):
+    so where no file holds a null ``taken_from`` (whose flagged rows would have a null
+    ``flagged_at`` too), the unflagged rows are ``flagged_at``'s nulls.
+
+    None when the statistics cannot tell: a file without them, a null ``taken_from``,
+    either column missing, a partition column, or of a type whose cast to a timestamp may
+    be null, deletion vectors (the statistics count the rows they delete) or column
+    mapping."""
+    if needs_delta_reader(table):
+        return None
+    schema = spark_schema(table)
+    partitions = set(table.metadata().partition_columns)
+    for column in (flagged_at, taken_from):
+        if column not in schema.names or column in partitions:
+            return None
+    if not _cast_keeps_values(schema[taken_from].dataType):
+        return None
+    files = live_files(table)
+    needed = ["num_records", f"null_count.{flagged_at}", f"null_count.{taken_from}"]
+    if files.num_rows == 0:
+        return 0
+    if any(name not in files.column_names or files.column(name).null_count for name in needed):
+        return None
+    if pc.sum(files.column(f"null_count.{taken_from}")).as_py():
+        return None
+    return int(pc.sum(files.column(f"null_count.{flagged_at}")).as_py() or 0)
+
+
+def _cast_keeps_values(kind: DataType) -> bool:
+    """Whether a value of ``kind`` cast to a timestamp is never null."""
+    return isinstance(kind, (TimestampType, TimestampNTZType, DateType, IntegralType))
 
 
 def needs_delta_reader(table: DeltaTable) -> bool:

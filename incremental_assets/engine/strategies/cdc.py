@@ -139,6 +139,7 @@ class Cdc(Strategy):
             staged_path,
             staged_deletes,
             soft=soft,
+            deleted_from=self.spec.partition_column,
             upper_bound=True,
         )
 

@@ -7,6 +7,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, staging
+from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, row_count
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
 from incremental_assets.specs import TableSpec
@@ -24,30 +25,40 @@ def judge_deletes(
     *,
     soft: bool,
     upper_bound: bool,
+    deleted_from: str,
 ) -> GuardReport:
     """Judge the run's deletes against ``guard`` before anything is written (raises
     DeleteGuardError). ``upper_bound``: the staged deletes may name keys the target does
     not hold (a feed's), so a count over the limit is made exact before judging.
-    ``staged_deletes``: the increment's delete rows, as its write counted them."""
+    ``staged_deletes``: the increment's delete rows, as its write counted them;
+    ``deleted_from``: the column soft deletes take their ``deleted_at`` from."""
     if not state.exists:
         return guard.judge(spec.name, rows_extracted, 0, 0)
     # Staged deletes: a snapshot's vanished rows (live target keys, exact); a feed's newest
     # change per key when it is a delete (an upper bound: its key may not be in the target).
     deleting = staged_deletes
-    live = _live_rows(spark, target, state, soft=soft and bool(deleting or not rows_extracted))
+    soft = soft and bool(deleting or not rows_extracted)
+    live, counted_from = _live_rows(spark, target, state, soft, deleted_from)
     if deleting and live and deleting / live > guard.limit and upper_bound:
         deleting = _deletes_of_live_keys(spark, spec, target, staged_path, soft)
-    return guard.judge(spec.name, rows_extracted, deleting, live)
+    return guard.judge(spec.name, rows_extracted, deleting, live, counted_from)
 
 
-def _live_rows(spark: SparkSession, target: DeltaTarget, state: TargetState, soft: bool) -> int:
+def _live_rows(
+    spark: SparkSession, target: DeltaTarget, state: TargetState, soft: bool, deleted_from: str
+) -> tuple[int, str]:
     """The target's rows (from the Delta log's statistics), less soft-deleted ones when
-    ``soft`` (counted by Spark: only when the run deletes, or its snapshot is empty)."""
+    ``soft`` (only when the run deletes, or its snapshot is empty): the nulls of
+    ``deleted_at`` by the statistics where they tell (``delta_io.unflagged_rows``), else
+    counted by Spark, a scan of the whole table; and which of the two counted them."""
     assert state.table is not None
     if not soft:
-        return row_count(state.table)
+        return row_count(state.table), "statistics"
+    unflagged = delta_io.unflagged_rows(state.table, changes.DELETED_AT, deleted_from)
+    if unflagged is not None:
+        return unflagged, "statistics"
     flag = F.coalesce(F.col(changes.IS_DELETED), F.lit(False))
-    return target.to_spark(spark).filter(~flag).count()
+    return target.to_spark(spark).filter(~flag).count(), "spark"
 
 
 def _deletes_of_live_keys(

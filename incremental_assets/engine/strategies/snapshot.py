@@ -145,6 +145,7 @@ class Snapshot(Strategy):
             staged_path,
             staged_deletes,
             soft=soft,
+            deleted_from=SNAPSHOT_AT,
             upper_bound=False,
         )
 
