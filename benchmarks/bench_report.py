@@ -70,6 +70,7 @@ def contenders(results: list[CaseResult]) -> str:
                     _size(r.rows),
                     name,
                     f"{run.seconds:.2f}",
+                    _spread(run),
                     f"{run.measure.cpu_seconds:.1f}" if run.spark else "-",
                     f"{ratio:.2f}x",
                     f"{run.rows_written:,}",
@@ -87,6 +88,7 @@ def contenders(results: list[CaseResult]) -> str:
             "size",
             "contender",
             "s",
+            "runs: s",
             "task CPU s",
             "s / this project",
             "rows written",
@@ -100,6 +102,13 @@ def contenders(results: list[CaseResult]) -> str:
         body,
         left=3,
     )
+
+
+def _spread(run: Run) -> str:
+    """Each run's seconds, when the contender ran more than once (``s`` is their median)."""
+    if len(run.repeats) < 2:
+        return "1 run"
+    return f"{len(run.repeats)}: {min(run.repeats):.2f}-{max(run.repeats):.2f}"
 
 
 def phases(results: list[CaseResult]) -> str:
@@ -341,6 +350,9 @@ def report(results: list[CaseResult], agings: list[Aging], big: Huge | None, arg
             "(compare within this run; the machine is shared)",
             *[f"  {name}: {text}" for name, text in increments.items()],
             *[f"  {c.name}: {c.note}" for c in args.cases if c.note],
+            f"  s: the median of {args.repeats} runs, each on a fresh copy of the target "
+            "(runs: s, the fastest and the slowest); the floor, the notebook MERGE and this "
+            "project take turns; dlt runs once (it keeps its own state), the reloads once.",
             "  task CPU s: CPU time of the run's Spark tasks (steadier than seconds on a busy "
             "machine). MB read: the size of the files Spark's scans read; * dlt: bytes its "
             "process read (the OS's count). heap: the driver JVM's heap in use, sampled every "
