@@ -3,7 +3,7 @@ same shape, the row's columns plus ``_ia_op`` ('U' upsert, 'D' delete)."""
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -106,13 +106,22 @@ def soft_delete_columns(time_column: str):
 
 
 def not_older_than_tombstones(
-    increment: DataFrame, tombstones: DataFrame, keys: list[str], watermark: str
+    increment: DataFrame,
+    tombstones: DataFrame,
+    keys: list[str],
+    watermark: str,
+    renewed: Observation | None = None,
 ) -> DataFrame:
     """Drop changes older than a key's recorded hard delete: a replayed or late change must
     not bring a deleted row back. The delete itself passes: its tombstone may have been
-    recorded by a run that died before its commit, and re-applying it is harmless."""
+    recorded by a run that died before its commit, and re-applying it is harmless.
+
+    A key's newest tombstone rules (two runs of one window at once may each have appended
+    one: ``Tombstones.record_deletes``). ``renewed`` counts (``rows``) the deletes that pass
+    for keys that have a tombstone already, as the rows are read."""
     deleted_at = "_ia_tombstone"
-    marks = tombstones.select(*keys, F.col(quote(watermark)).alias(deleted_at))
+    key_columns = [F.col(quote(k)) for k in keys]
+    marks = tombstones.groupBy(*key_columns).agg(F.max(F.col(quote(watermark))).alias(deleted_at))
     joined = increment.join(marks, on=list(keys), how="left")
     wm = F.col(quote(watermark))
     alive = (
@@ -120,6 +129,8 @@ def not_older_than_tombstones(
         | (wm > F.col(deleted_at))
         | ((wm == F.col(deleted_at)) & (F.col(OP) == "D"))
     )
-    return (
-        joined.filter(alive).drop(deleted_at).select(*[F.col(quote(c)) for c in increment.columns])
-    )
+    passing = joined.filter(alive)
+    if renewed is not None:
+        again = (F.col(OP) == "D") & F.col(deleted_at).isNotNull()
+        passing = passing.observe(renewed, F.count(F.when(again, 1)).alias("rows"))
+    return passing.drop(deleted_at).select(*[F.col(quote(c)) for c in increment.columns])

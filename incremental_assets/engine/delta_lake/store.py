@@ -908,10 +908,16 @@ class Tombstones(SideTable):
     SUFFIX = "tombstones"
 
     def record(
-        self, staged: DataFrame, keys: list[str], watermark: str, count: int | None = None
+        self,
+        staged: DataFrame,
+        keys: list[str],
+        watermark: str,
+        count: int | None = None,
+        renewed: int | None = None,
     ) -> int:
         """Record the staged hard deletes (``count``: how many, as the increment's write
-        counted them; counted here when not given) and return how many there were."""
+        counted them; counted here when not given) and return how many there were.
+        ``renewed``: how many of them are of keys that have a tombstone (None: not known)."""
         deletes = staged.filter(F.col(OP) == "D").select(
             *[F.col(quote(c)) for c in [*keys, watermark]]
         )
@@ -919,15 +925,20 @@ class Tombstones(SideTable):
             count = deletes.count()
         if count == 0:
             return 0
-        self.record_deletes(deletes, keys, watermark)
+        self.record_deletes(deletes, keys, watermark, new_keys_only=renewed == 0)
         return count
 
-    def record_deletes(self, deletes: DataFrame, keys: list[str], watermark: str) -> None:
+    def record_deletes(
+        self, deletes: DataFrame, keys: list[str], watermark: str, new_keys_only: bool = False
+    ) -> None:
         """Record ``deletes``: one row per key, its ``keys`` and the delete's ``watermark``
-        (a key's tombstone keeps its newest delete)."""
+        (a key's tombstone keeps its newest delete). ``new_keys_only``: no key of theirs
+        has a tombstone, so they are appended (one write, where a merge takes about ten
+        Spark jobs). Two runs of one window at once may then both append a key's:
+        ``changes.not_older_than_tombstones`` reads the newest."""
         record = delta_commits.record({"side_table": self.SUFFIX})
         path = self.location.spark_path
-        if self._creating():
+        if self._creating() or new_keys_only:
             delta_commits.append(deletes, path, record, options=table_options(deletes.columns))
             return
         wm = quote(watermark)

@@ -364,17 +364,14 @@ class Strategy:
         if staged_first:
             rows = by_key(rows, spec.keys, not state.exists, keep_range=True)
         newest = transforms.newest_per_key(window_keys(rows, spec.keys), spec.watermark.column)
-        increment = drop_range(rows.transform(newest))
-        tombstones = self.tombstones(spark, target)
-        if tombstones is not None:
-            increment = changes.not_older_than_tombstones(
-                increment, tombstones, spec.keys, spec.watermark.column
-            )
-        return increment
+        return self.held_back(spark, target, drop_range(rows.transform(newest)))
 
-    def tombstones(self, spark: SparkSession, target: DeltaTarget) -> DataFrame | None:
-        """Deletes kept beside the target that older changes must not undo."""
-        return None
+    def held_back(
+        self, spark: SparkSession, target: DeltaTarget, increment: DataFrame
+    ) -> DataFrame:
+        """The increment without the changes that deletes kept beside the target hold back
+        (older changes must not undo them)."""
+        return increment
 
     # -- commit ----------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ tombstone kept beside the table stops older changes from bringing it back) or so
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
+import uuid
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import changes, staging
@@ -40,6 +42,9 @@ class Cdc(Strategy):
         feed = spec.feed
         assert isinstance(feed, CdcStrategy)
         self.options = feed
+        # The run's deletes of keys that have a tombstone, counted as they are staged
+        # (``held_back``; None: no tombstone was read).
+        self._renewed: Observation | None = None
 
     def shape(self, taken_at=None) -> Transform:
         """Feed rows become rows plus an operation."""
@@ -53,10 +58,20 @@ class Cdc(Strategy):
             return df.transform(changes.soft_delete_columns(self.spec.partition_column))
         return df
 
-    def tombstones(self, spark: SparkSession, target: DeltaTarget) -> DataFrame | None:
-        if self.options.deletes == "hard":
-            return Tombstones(target).to_spark(spark)
-        return None
+    def held_back(
+        self, spark: SparkSession, target: DeltaTarget, increment: DataFrame
+    ) -> DataFrame:
+        """Hard deletes: the changes older than a key's tombstone dropped, and the deletes
+        of keys that have one counted as the increment is staged (``record_beside_target``
+        appends the tombstones when there are none)."""
+        marks = Tombstones(target).to_spark(spark) if self.options.deletes == "hard" else None
+        if marks is None:
+            return increment
+        spec = self.spec
+        self._renewed = Observation(f"renewed_{uuid.uuid4().hex}")
+        return changes.not_older_than_tombstones(
+            increment, marks, spec.keys, spec.watermark.column, self._renewed
+        )
 
     def once_counters(self) -> list[Column]:
         """Hard deletes: the window's deletes (none: no tombstone to find)."""
@@ -116,7 +131,12 @@ class Cdc(Strategy):
         plan = self.merge_plan()
         if plan.tombstones and staged_deletes != 0:
             staged = staging.read(spark, staged_path)
-            Tombstones(target).record(staged, list(plan.keys), plan.watermark, staged_deletes)
+            # Counted as the increment was staged (its write has run): 0 when no delete is
+            # of a key with a tombstone, so the new ones are appended, one row per key still.
+            renewed = int(self._renewed.get["rows"]) if self._renewed is not None else None
+            Tombstones(target).record(
+                staged, list(plan.keys), plan.watermark, staged_deletes, renewed
+            )
 
     def delete_guard(
         self,

@@ -174,6 +174,56 @@ def test_a_key_deleted_then_inserted_again_in_a_first_load_ends_as_over_two_runs
     assert ends["once"][2] == ([(2, "b2", 6)], [(1, 7)])
 
 
+def test_deletes_of_keys_without_a_tombstone_are_appended_and_a_deleted_key_again_merged(
+    spark, folder, tmp_path
+):
+    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path)
+    load(spark, spec, target, 1)
+    folder.drop(feed((1, None, "D", 10, at(2, 1))))
+    load(spark, spec, target, 2)  # creates the tombstones
+    folder.drop(feed((2, None, "D", 20, at(3, 1)), (1, "back", "I", 21, at(3, 2))))
+    load(spark, spec, target, 3)  # key 2 has no tombstone: appended
+    appended = tombstone_operations(tmp_path / "target")
+    folder.drop(feed((1, None, "D", 30, at(4, 1)), (3, None, "D", 31, at(4, 1))))
+
+    load(spark, spec, target, 4)  # key 1 has one: merged
+
+    assert appended == ["WRITE", "WRITE"]
+    assert tombstone_operations(tmp_path / "target") == ["WRITE", "WRITE", "MERGE"]
+    assert tombstones(tmp_path / "target") == [(1, 30), (2, 20), (3, 31)]  # one per key
+    assert [r[0] for r in rows(target, "id")] == list(range(4, 11))
+
+
+def test_a_key_tombstoned_twice_holds_back_by_its_newest_and_loads_each_change_once(
+    spark, folder, tmp_path
+):
+    # Two runs of one window at once may each append a key's tombstone.
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 1))))
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path)
+    load(spark, spec, target, 1)
+    folder.drop(feed((1, None, "D", 3, at(2, 1))))
+    load(spark, spec, target, 2)
+    older = spark.createDataFrame([(1, 2), (1, 3)], "id long, lsn long")
+    older.write.format("delta").mode("append").save(str(tmp_path / "target__tombstones"))
+    folder.drop(feed((1, "back", "I", 4, at(3, 1))))
+
+    replay = load(spark, spec, target, 1)  # the insert at lsn 1: held back
+    again = load(spark, spec, target, 3)  # the insert at lsn 4: once
+
+    assert replay.rows_inserted == 0
+    assert (again.rows_inserted, again.rows_staged) == (1, 1)
+    assert rows(target, "id", "name") == [(1, "back"), (2, "b")]
+
+
+def tombstone_operations(target: Path) -> list[str]:
+    """The tombstones table's commits, oldest first."""
+    history = DeltaTable(f"{target}__tombstones").history()
+    return [c["operation"] for c in sorted(history, key=lambda c: c["version"])]
+
+
 def tombstones(target: Path) -> list[tuple]:
     """A hard-delete table's tombstones: (id, lsn), sorted."""
     table = DeltaTable(f"{target}__tombstones").to_pyarrow_table(columns=["id", "lsn"])
