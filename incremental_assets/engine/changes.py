@@ -92,9 +92,10 @@ def _lookup(value: Column, codes: dict) -> Column:
 
 
 def soft_delete_columns(time_column: str):
-    """Add ``is_deleted`` and ``deleted_at`` (the delete's time, from ``time_column``: the
-    sequence when it is a timestamp, else the partition column) for tables that keep
-    deleted rows. Taken from the data, so a replay writes the same values."""
+    """Add ``is_deleted`` and ``deleted_at`` (the delete's time, from ``time_column``: a
+    feed's ``partitioning.column``, else its watermark; a snapshot's time) for tables that
+    keep deleted rows; ``deleted_at`` is null on every other row. Taken from the data, so a
+    replay writes the same values."""
 
     def transform(df: DataFrame) -> DataFrame:
         deleted = F.col(OP) == "D"

@@ -36,6 +36,9 @@ from incremental_assets.engine.watermarks import (
     from_transaction_version,
 )
 
+# How a guard's live rows were counted (``GuardReport.live_rows_from``).
+FROM_STATISTICS, FROM_SPARK = "statistics", "spark"
+
 
 @dataclass(frozen=True)
 class GuardReport:
@@ -46,9 +49,10 @@ class GuardReport:
     live_rows: int
     limit: float
     empty_snapshot: bool = False
-    # How the live rows were counted: "statistics" (the Delta log's, no data read) or
-    # "spark" (a scan of the table: soft deletes the statistics cannot tell apart).
-    live_rows_from: str = "statistics"
+    # How the live rows were counted: ``FROM_STATISTICS`` (the Delta log's) or
+    # ``FROM_SPARK`` (a scan: soft deletes the statistics cannot tell apart); None: not
+    # counted (a soft-delete run that deletes nothing, its rows soft-deleted or not).
+    live_rows_from: str | None = None
 
     @property
     def share(self) -> float:
@@ -59,8 +63,11 @@ class GuardReport:
             "rows_deleting": self.deleting,
             "delete_share": self.share,
             "max_delete_share": self.limit,
-            "live_rows": self.live_rows,
-            "live_rows_from": self.live_rows_from,
+            **(
+                {"live_rows": self.live_rows, "live_rows_from": self.live_rows_from}
+                if self.live_rows_from
+                else {}
+            ),
         }
 
 
@@ -78,11 +85,13 @@ class DeleteGuard:
         rows_in_batch: int,
         deleting: int,
         live_rows: int,
-        live_rows_from: str = "statistics",
+        live_rows_from: str | None = FROM_STATISTICS,
     ) -> GuardReport:
         """The report for a run, or DeleteGuardError when the run must not write."""
         empty = self.allow_empty is not None and rows_in_batch == 0 and live_rows > 0
-        report = GuardReport(deleting, live_rows, self.limit, empty, live_rows_from)
+        report = GuardReport(
+            deleting, live_rows, self.limit, empty_snapshot=empty, live_rows_from=live_rows_from
+        )
         if empty and not self.allow_empty:
             raise DeleteGuardError(
                 table,

@@ -214,6 +214,9 @@ def test_a_soft_delete_runs_live_rows_come_from_the_log_statistics(spark, tmp_pa
     assert result.guard is not None
     assert (result.guard.deleting, result.guard.live_rows) == (1, 8)  # before the run
     assert target.loads(limit=1)[0]["live_rows_from"] == "statistics"
+    folder.drop(feed((5, "e2", "U", 50, at(5, 1))))
+    quiet = load(spark, spec, target, 5)  # deletes nothing: its live rows from the log still
+    assert quiet.guard is not None and quiet.guard.live_rows == 7
     # The count needs the log alone: a copy of it without a data file gives it.
     log = log_only(target, tmp_path / "log")
     assert delta_io.unflagged_rows(log, "deleted_at", "changed_at") == 7
@@ -239,3 +242,8 @@ def test_a_soft_delete_without_a_time_is_counted_by_spark(spark, tmp_path):
     assert (result.guard.deleting, result.guard.live_rows) == (1, 9)
     assert target.loads(limit=1)[0]["live_rows_from"] == "spark"
     assert soft_live_rows(spark, target) == 8
+    # A run that deletes nothing is not judged: no scan, and no live_rows reported.
+    folder.drop(feed((3, "c2", "U", 40, at(4, 1))))
+    quiet = load(spark, spec, target, 4)
+    assert quiet.rows_updated == 1
+    assert "live_rows" not in target.loads(limit=1)[0]

@@ -439,10 +439,11 @@ def unflagged_rows(table: DeltaTable, flagged_at: str, taken_from: str) -> int |
     so where no file holds a null ``taken_from`` (whose flagged rows would have a null
     ``flagged_at`` too), the unflagged rows are ``flagged_at``'s nulls.
 
-    None when the statistics cannot tell: a file without them, a null ``taken_from``,
-    either column missing, a partition column, or of a type whose cast to a timestamp may
-    be null, deletion vectors (the statistics count the rows they delete) or column
-    mapping."""
+    None when the statistics cannot tell: a file without them (Delta keeps them for a
+    table's first 32 columns unless its properties say otherwise: ``deleted_at`` comes
+    last), a null ``taken_from``, either column missing, a partition column, or
+    ``taken_from`` of a type whose cast to a timestamp may be null (text, decimals),
+    deletion vectors (the statistics count the rows they delete) or column mapping."""
     if needs_delta_reader(table):
         return None
     schema = spark_schema(table)
@@ -453,7 +454,7 @@ def unflagged_rows(table: DeltaTable, flagged_at: str, taken_from: str) -> int |
     if not _cast_keeps_values(schema[taken_from].dataType):
         return None
     files = live_files(table)
-    needed = ["num_records", f"null_count.{flagged_at}", f"null_count.{taken_from}"]
+    needed = [f"null_count.{flagged_at}", f"null_count.{taken_from}"]
     if files.num_rows == 0:
         return 0
     if any(name not in files.column_names or files.column(name).null_count for name in needed):

@@ -129,6 +129,7 @@ def _record_beside_target(
         extracted.logged_path,
         extracted.staged_deletes,
         sequence,
+        extracted.deletes_renewed,
     )
 
 

@@ -28,6 +28,7 @@ from incremental_assets.engine.strategies.rows import (
     FIRST_PARTITION,
     LAST_PARTITION,
     NO_PARTITION,
+    RENEWED,
     PartitionKey,
     counted_by_key,
     partition_key,
@@ -74,8 +75,10 @@ class Extract:
     rows_late: int = 0
     files_late: int = 0
     rows_quarantined: int | None = None
-    # The deletes the increment's write counted (change sets; None: not counted).
+    # The deletes the increment's write counted (change sets; None: not counted), and
+    # those of keys with a tombstone already (hard deletes; None: not counted).
     staged_deletes: int | None = None
+    deletes_renewed: int | None = None
     # Each row's partition key (rows.partition_key), and what the increment's write
     # counted of them (rows.partition_counters).
     partition_key: PartitionKey | None = None
@@ -107,6 +110,7 @@ def _written(strategy: Strategy, written: dict) -> dict:
         "changes": strategy.change_counts(written),
         # Counted as the increment was written (an int), absent when it holds no change set.
         "staged_deletes": written.get("deletes"),
+        "deletes_renewed": written.get(RENEWED),
         "partition_keys": {k: v for k, v in written.items() if k.startswith("partition:")},
         "key_range": delta_io.KeyRange.counted(spec.keys[0], written) if spec.keys else None,
     }

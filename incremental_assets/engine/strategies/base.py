@@ -299,6 +299,7 @@ class Strategy:
                 beside=beside,
             )
         written = write_counted(increment, f"{stage_root}/increment", *counters)
+        written = {**written, **self.counted_while_staged()}
         if counted is not None:
             counts = counted
         else:
@@ -366,6 +367,11 @@ class Strategy:
         newest = transforms.newest_per_key(window_keys(rows, spec.keys), spec.watermark.column)
         return self.held_back(spark, target, drop_range(rows.transform(newest)))
 
+    def counted_while_staged(self) -> dict:
+        """What the strategy counted in the increment's plan (``held_back``), read once
+        its staged write has run: entries for ``Staged.written``."""
+        return {}
+
     def held_back(
         self, spark: SparkSession, target: DeltaTarget, increment: DataFrame
     ) -> DataFrame:
@@ -387,10 +393,12 @@ class Strategy:
         logged_path: str | None,
         staged_deletes: int | None = None,
         sequence: int = 0,
+        renewed: int | None = None,
     ) -> None:
         """Side tables written before the target's commit (tombstones, a change log);
         ``staged_deletes``: the deletes the increment's write counted (None: not counted);
-        ``sequence``: the target's commit sequence the run commits at."""
+        ``sequence``: the target's commit sequence the run commits at; ``renewed``: the
+        staged deletes of keys with a tombstone already (None: not counted)."""
 
     def record_once_beside_target(
         self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0

@@ -23,6 +23,7 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState,
 from incremental_assets.engine.guards import DeleteGuard, GuardReport
 from incremental_assets.engine.strategies.base import Strategy, Transform
 from incremental_assets.engine.strategies.deletes import judge_deletes
+from incremental_assets.engine.strategies.rows import RENEWED
 from incremental_assets.engine.transforms import LATEST_ROW_HASH, quote
 from incremental_assets.specs import TableSpec
 from incremental_assets.specs.strategies import CdcStrategy
@@ -57,6 +58,14 @@ class Cdc(Strategy):
         if self.options.deletes == "soft":
             return df.transform(changes.soft_delete_columns(self.spec.partition_column))
         return df
+
+    def counted_while_staged(self) -> dict:
+        """Hard deletes: the staged deletes of keys with a tombstone (``held_back``), when
+        the tombstones were read."""
+        if self._renewed is None:
+            return {}
+        found = self._renewed.get.get("rows")
+        return {RENEWED: int(found)} if found is not None else {}
 
     def held_back(
         self, spark: SparkSession, target: DeltaTarget, increment: DataFrame
@@ -125,15 +134,15 @@ class Cdc(Strategy):
         logged_path: str | None,
         staged_deletes: int | None = None,
         sequence: int = 0,
+        renewed: int | None = None,
     ) -> None:
         """Hard deletes: their tombstones (none to write, and no job to find it, when the
         increment's write counted no delete)."""
         plan = self.merge_plan()
         if plan.tombstones and staged_deletes != 0:
             staged = staging.read(spark, staged_path)
-            # Counted as the increment was staged (its write has run): 0 when no delete is
-            # of a key with a tombstone, so the new ones are appended, one row per key still.
-            renewed = int(self._renewed.get["rows"]) if self._renewed is not None else None
+            # 0 when no delete is of a key with a tombstone: the new ones are appended, one
+            # row per key still (None, not counted: merged).
             Tombstones(target).record(
                 staged, list(plan.keys), plan.watermark, staged_deletes, renewed
             )

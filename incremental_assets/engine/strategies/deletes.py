@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from incremental_assets.engine import changes, staging
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.store import DeltaTarget, TargetState, row_count
-from incremental_assets.engine.guards import DeleteGuard, GuardReport
+from incremental_assets.engine.guards import FROM_SPARK, FROM_STATISTICS, DeleteGuard, GuardReport
 from incremental_assets.specs import TableSpec
 
 
@@ -37,28 +37,36 @@ def judge_deletes(
     # Staged deletes: a snapshot's vanished rows (live target keys, exact); a feed's newest
     # change per key when it is a delete (an upper bound: its key may not be in the target).
     deleting = staged_deletes
-    soft = soft and bool(deleting or not rows_extracted)
-    live, counted_from = _live_rows(spark, target, state, soft, deleted_from)
+    judged = bool(deleting or not rows_extracted)
+    live, counted_from = _live_rows(spark, target, state, soft, judged, deleted_from)
     if deleting and live and deleting / live > guard.limit and upper_bound:
         deleting = _deletes_of_live_keys(spark, spec, target, staged_path, soft)
     return guard.judge(spec.name, rows_extracted, deleting, live, counted_from)
 
 
 def _live_rows(
-    spark: SparkSession, target: DeltaTarget, state: TargetState, soft: bool, deleted_from: str
-) -> tuple[int, str]:
+    spark: SparkSession,
+    target: DeltaTarget,
+    state: TargetState,
+    soft: bool,
+    judged: bool,
+    deleted_from: str,
+) -> tuple[int, str | None]:
     """The target's rows (from the Delta log's statistics), less soft-deleted ones when
-    ``soft`` (only when the run deletes, or its snapshot is empty): the nulls of
-    ``deleted_at`` by the statistics where they tell (``delta_io.unflagged_rows``), else
-    counted by Spark, a scan of the whole table; and which of the two counted them."""
+    ``soft``: the nulls of ``deleted_at`` by the statistics where they tell
+    (``delta_io.unflagged_rows``), else, when they are ``judged`` (the run deletes, or its
+    snapshot is empty), counted by Spark, a scan of the whole table; and how they were
+    counted (None: not counted, every row given)."""
     assert state.table is not None
     if not soft:
-        return row_count(state.table), "statistics"
+        return row_count(state.table), FROM_STATISTICS
     unflagged = delta_io.unflagged_rows(state.table, changes.DELETED_AT, deleted_from)
     if unflagged is not None:
-        return unflagged, "statistics"
+        return unflagged, FROM_STATISTICS
+    if not judged:
+        return row_count(state.table), None
     flag = F.coalesce(F.col(changes.IS_DELETED), F.lit(False))
-    return target.to_spark(spark).filter(~flag).count(), "spark"
+    return target.to_spark(spark).filter(~flag).count(), FROM_SPARK
 
 
 def _deletes_of_live_keys(

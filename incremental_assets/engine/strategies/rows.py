@@ -114,6 +114,9 @@ ABOVE = {
     NO_PARTITION: "partition:above_none",
 }
 ABOVE_ROWS = "partition:above_rows"
+# Of the increment's deletes, those of keys with a tombstone already, counted as it is
+# staged (hard-delete change sets: ``Strategy.counted_while_staged``).
+RENEWED = "deletes:renewed"
 # The rows of a created table by partition key, as its first write counted them
 # (``created_counters``), and how many distinct keys that count holds at the most.
 PARTITION_COUNTS = "partition:counts"

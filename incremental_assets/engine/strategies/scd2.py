@@ -300,6 +300,7 @@ class Scd2(Strategy):
         logged_path: str | None,
         staged_deletes: int | None = None,
         sequence: int = 0,
+        renewed: int | None = None,
     ) -> None:
         """The run's changes new to the change log, appended for the commit at
         ``sequence`` (a later run that finds them there uncommitted says so: Staged.recovered)."""

@@ -206,11 +206,11 @@ def test_a_key_tombstoned_twice_holds_back_by_its_newest_and_loads_each_change_o
     load(spark, spec, target, 1)
     folder.drop(feed((1, None, "D", 3, at(2, 1))))
     load(spark, spec, target, 2)
-    older = spark.createDataFrame([(1, 2), (1, 3)], "id long, lsn long")
+    older = spark.createDataFrame([(1, 0), (1, 3)], "id long, lsn long")
     older.write.format("delta").mode("append").save(str(tmp_path / "target__tombstones"))
     folder.drop(feed((1, "back", "I", 4, at(3, 1))))
 
-    replay = load(spark, spec, target, 1)  # the insert at lsn 1: held back
+    replay = load(spark, spec, target, 1)  # the insert at lsn 1: held back by lsn 3, not 0
     again = load(spark, spec, target, 3)  # the insert at lsn 4: once
 
     assert replay.rows_inserted == 0
