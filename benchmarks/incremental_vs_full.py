@@ -316,9 +316,7 @@ def run_scenario(
         )
         for variant in ["notebook", *(["deletion vectors"] if args.deletion_vectors else [])]:
             copy = str(case_root / variant.replace(" ", "_"))
-            copy_table(target.path, copy)
-            for side in side_tables(target.path):
-                copy_table(side, copy + side.removeprefix(target.path))
+            copy_with_side_tables(target.path, copy)
             if variant == "deletion vectors":
                 enable_deletion_vectors(spark, copy)
             p.copies[variant] = copy

@@ -47,6 +47,7 @@ from incremental_vs_full import (
     enable_deletion_vectors,
     increment_request,
     initial_request,
+    remove_with_side_tables,
     side_tables,
 )
 
@@ -231,8 +232,7 @@ def measure_case(bench: Bench, case, rows: int, variants: list[str], args) -> li
                 f"{run.result.phase_seconds} {run.rows_written:,} rows written",
                 flush=True,
             )
-            for p in [path, *side_tables(path)]:
-                shutil.rmtree(p, ignore_errors=True)
+            remove_with_side_tables(path)
     shutil.rmtree(root, ignore_errors=True)
     out = []
     for variant in variants:

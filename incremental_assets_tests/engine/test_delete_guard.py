@@ -18,6 +18,7 @@ from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.checks import deletes_within_limit
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.errors import DeleteGuardError
+from incremental_assets.specs import TableSpec
 from incremental_assets_tests.builders import DeltaSourceTable, ParquetFolder, at, load, make_spec
 
 PRODUCTS = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -165,12 +166,19 @@ def test_deletes_of_keys_the_target_never_held_do_not_trip_the_guard(spark, tmp_
     assert state(target)[1] == list(range(2, 11))
 
 
-def test_the_guard_is_reported_in_commit_metadata_and_checked(spark, tmp_path):
+def soft_table(spark, tmp_path: Path) -> tuple[ParquetFolder, DeltaTarget, TableSpec]:
+    """A soft-delete CDC table of 10 live rows (ids 1-10), loaded on day 1 from a feed
+    folder, and its spec."""
     folder = ParquetFolder(tmp_path / "feed")
     folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
     target = DeltaTarget("orders", str(tmp_path / "target"))
     spec = cdc_spec(folder.path, deletes="soft")
     load(spark, spec, target, 1)
+    return folder, target, spec
+
+
+def test_the_guard_is_reported_in_commit_metadata_and_checked(spark, tmp_path):
+    folder, target, spec = soft_table(spark, tmp_path)
     folder.drop(feed((1, None, "D", 20, at(2, 1)), (2, None, "D", 21, at(2, 1))))
 
     result = load(spark, spec, target, 2)
@@ -197,11 +205,7 @@ def log_only(target: DeltaTarget, where: Path) -> DeltaTable:
 
 def test_a_soft_delete_runs_live_rows_come_from_the_log_statistics(spark, tmp_path):
     # Deleted, inserted again, deleted again: the live rows are the deleted_at nulls.
-    folder = ParquetFolder(tmp_path / "feed")
-    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
-    target = DeltaTarget("orders", str(tmp_path / "target"))
-    spec = cdc_spec(folder.path, deletes="soft")
-    load(spark, spec, target, 1)
+    folder, target, spec = soft_table(spark, tmp_path)
     folder.drop(feed((1, None, "D", 20, at(2, 1)), (2, None, "D", 21, at(2, 1))))
     load(spark, spec, target, 2)
     folder.drop(feed((1, "back", "I", 30, at(3, 1)), (3, None, "D", 31, at(3, 2))))
@@ -225,11 +229,7 @@ def test_a_soft_delete_runs_live_rows_come_from_the_log_statistics(spark, tmp_pa
 def test_a_soft_delete_without_a_time_is_counted_by_spark(spark, tmp_path):
     # The delete's changed_at is null, so its deleted_at is too: the statistics cannot tell
     # it from a live row, and Spark counts.
-    folder = ParquetFolder(tmp_path / "feed")
-    folder.drop(feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
-    target = DeltaTarget("orders", str(tmp_path / "target"))
-    spec = cdc_spec(folder.path, deletes="soft")
-    load(spark, spec, target, 1)
+    folder, target, spec = soft_table(spark, tmp_path)
     folder.drop(feed((1, None, "D", 20, None), (5, "e", "U", 21, at(2, 1))))
     load(spark, spec, target, 2)
     assert soft_live_rows(spark, target) == 9
