@@ -57,6 +57,7 @@ def replay(
     """Merge the quarantined rows that now pass every quarantine rule into the target
     (with the table's usual newer-wins merge, so a replay after newer loads changes
     nothing they superseded), then remove them from the quarantine. The watermark stays.
+    A replayed hard delete is tombstoned first, as a run's is.
 
     A replay that dies between the two steps is repeated safely: the merge of rows already
     merged writes nothing."""
@@ -89,6 +90,13 @@ def replay(
         commit = None
         if released:
             cursor = format_value(state.cursor)
+            if plan.tombstones:
+                # Before the target's commit, as a run records its hard deletes: a change
+                # older than a replayed delete stays deleted (a replay that dies after this
+                # leaves a tombstone the repeated replay writes again, harmless).
+                Tombstones(target).record(
+                    staging.read(spark, f"{stage}/replay"), list(plan.keys), plan.watermark
+                )
             commit = target.commit(
                 spark,
                 state,

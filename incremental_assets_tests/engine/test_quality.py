@@ -177,3 +177,28 @@ tables:
     assert "0 pass the rules now" in (again := capsys.readouterr().out)
     assert "nothing committed" in again and "Delta version" not in again
     assert [r[0] for r in target_rows(target)] == [1, 2]
+
+
+def test_a_replayed_hard_delete_is_tombstoned_so_an_older_change_stays_deleted(spark, tmp_path):
+    from incremental_assets.engine import DeltaTarget
+    from incremental_assets_tests.builders import ParquetFolder, feed, feed_spec, rows
+
+    folder = ParquetFolder(tmp_path / "feed")
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    held = [{"name": "small_lsn", "check": "lsn < 100", "action": "quarantine"}]
+    spec = feed_spec(folder.path, {"kind": "cdc"}, quality={"rules": held})
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 1))))
+    load(spark, spec, target, 1)
+    folder.drop(feed((1, None, "D", 150, at(2, 1))))  # the delete is quarantined
+    load(spark, spec, target, 2)
+    assert rows(target, "id", "name") == [(1, "a"), (2, "b")]
+    fixed = feed_spec(folder.path, {"kind": "cdc"})
+
+    replayed = replay(spark, fixed, target, merge_plan_of(fixed))
+    again = load(spark, fixed, target, 1, backfill=True)  # day 1's insert of id 1 re-read
+
+    assert (replayed.replayed, replayed.committed) == (1, True)
+    assert again.rows_inserted == 0
+    assert rows(target, "id", "name") == [(2, "b")]
+    tombstones = DeltaTable(f"{target.path}__tombstones").to_pyarrow_table()
+    assert tombstones.select(["id", "lsn"]).to_pylist() == [{"id": 1, "lsn": 150}]
