@@ -247,3 +247,51 @@ def test_a_soft_delete_without_a_time_is_counted_by_spark(spark, tmp_path):
     quiet = load(spark, spec, target, 4)
     assert quiet.rows_updated == 1
     assert "live_rows" not in target.loads(limit=1)[0]
+
+
+WIDE = 36  # columns between a feed's name and its changed_at: a table of more than 32
+
+
+def wide_feed(*events: tuple) -> pa.Table:
+    """Change events ``(id, name, op, lsn, changed_at)`` with ``WIDE`` more columns before
+    ``changed_at``, so that it and ``deleted_at`` come after Delta's 32 indexed columns."""
+    fields = [("id", pa.int64()), ("name", pa.string()), ("op", pa.string())]
+    fields += [("lsn", pa.int64())] + [(f"c{i:02d}", pa.int32()) for i in range(WIDE)]
+    fields += [("changed_at", pa.timestamp("us", tz="UTC"))]
+    rows = [{"id": i, "name": n, "op": o, "lsn": s, "changed_at": t} for i, n, o, s, t in events]
+    for row in rows:
+        row.update({f"c{i:02d}": i for i in range(WIDE)})
+    return pa.Table.from_pylist(rows, pa.schema(fields))
+
+
+def test_a_wide_soft_delete_table_keeps_statistics_of_deleted_at_and_counts_from_them(
+    spark, tmp_path
+):
+    # Delta keeps statistics of a table's first 32 columns; deleted_at comes last, so a wide
+    # table names the columns its runs read statistics of (delta.dataSkippingStatsColumns).
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(wide_feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path, deletes="soft")
+    load(spark, spec, target, 1)
+    folder.drop(wide_feed((1, None, "D", 20, at(2, 1)), (2, None, "D", 21, at(2, 1))))
+
+    result = load(spark, spec, target, 2)
+
+    table = DeltaTable(target.path)
+    named = table.metadata().configuration["delta.dataSkippingStatsColumns"].split(",")
+    assert len(table.schema().fields) > 40 and len(named) == 32
+    assert {"`id`", "`lsn`", "`changed_at`", "`deleted_at`"} <= set(named)
+    assert result.guard is not None
+    assert (result.guard.deleting, result.guard.live_rows) == (2, 10)
+    assert target.loads(limit=1)[0]["live_rows_from"] == "statistics"
+    assert delta_io.unflagged_rows(table, "deleted_at", "changed_at") == 8
+    assert soft_live_rows(spark, target) == 8
+    # The files a merge touches are still found by the first key's statistics.
+    assert table.get_add_actions(flatten=True).column("min.id").null_count == 0
+
+
+def test_a_narrow_table_keeps_delta_s_default_statistics(spark, tmp_path):
+    _, target, _ = soft_table(spark, tmp_path)
+
+    assert "delta.dataSkippingStatsColumns" not in DeltaTable(target.path).metadata().configuration

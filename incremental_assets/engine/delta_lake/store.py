@@ -40,6 +40,7 @@ from incremental_assets.engine.delta_lake.merge_plan import (
     run_merge,
     update,
 )
+from incremental_assets.engine.delta_lake.stats_columns import stats_options
 from incremental_assets.engine.errors import (
     ConcurrentLoadError,
     CursorLostError,
@@ -482,6 +483,7 @@ class DeltaTarget:
         one_pass_below: int = 0,
         increment: DataFrame | None = None,
         increment_counters: Sequence[Column] = (),
+        stats_columns: Sequence[str] = (),
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit; a table
         created by it takes deletion vectors when ``deletion_vectors``.
@@ -505,6 +507,8 @@ class DeltaTarget:
         ``increment``: a created table's increment, not staged, written once as the table
         (``staged_rows`` then says whether it has rows: 0 when none were extracted),
         counting ``increment_counters`` as it is written (``CommitResult.written``).
+        ``stats_columns``: the columns whose file statistics a table it creates must keep
+        (``stats_options``).
         """
         record = delta_commits.record(
             {**metadata, "table": self.table_name, "sequence": state.next_sequence}
@@ -549,6 +553,7 @@ class DeltaTarget:
                         partition_by=partition_by,
                         options={
                             **table_options(columns, deletion_vectors),
+                            **stats_options(rows.schema, stats_columns, partition_by),
                             "maxRecordsPerFile": str(ROWS_PER_FILE),
                         },
                         table=self.catalog_table,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import late_files, quality
+from incremental_assets.engine.changes import DELETED_AT
 from incremental_assets.engine.delta_lake.commits import SOURCE_IDENTITY
 from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, TargetState
@@ -93,7 +94,18 @@ def commit(
         one_pass_below=int(spec.target.one_pass_below) if counted_in_one_pass(extracted) else 0,
         increment=extracted.increment,
         increment_counters=extracted.counters,
+        stats_columns=_stats_columns(spec, strategy.merge_plan()),
     )
+
+
+def _stats_columns(spec: TableSpec, plan: MergePlan) -> list[str]:
+    """The columns whose file statistics later runs read instead of the table: the first
+    key (the files a merge touches), the watermark, the partition column, and a soft-delete
+    table's ``deleted_at`` (the delete guard's live rows)."""
+    wanted = [*spec.keys[:1], spec.watermark.column, spec.partition_column]
+    if plan.deletes == "soft":
+        wanted.append(DELETED_AT)
+    return wanted
 
 
 def _above_cursor(spec: TableSpec, window: Window, extracted: Extract) -> bool:

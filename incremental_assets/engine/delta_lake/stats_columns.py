@@ -1,0 +1,73 @@
+"""Which columns a new table keeps file statistics of.
+
+Delta keeps statistics for a table's first 32 leaf columns (``delta.dataSkippingNumIndexedCols``).
+The engine reads the statistics of a few columns to avoid a Spark job: the first key (the
+files a merge may touch), the watermark, the partition column and a soft-delete table's
+``deleted_at`` (the delete guard's live rows). Keys and watermark come first in a target,
+but a wide table's partition column may not, and ``deleted_at`` comes last: past the 32nd
+column they get no statistics, and each of those shortcuts falls back to reading the table.
+
+For such a table, ``delta.dataSkippingStatsColumns`` names the columns instead: the ones
+the engine reads, then the leading columns up to 32, as before. A table whose needed
+columns are among its first 32 gets no property (Delta's default holds)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+# Delta's default delta.dataSkippingNumIndexedCols.
+INDEXED_LEAVES = 32
+
+
+def stats_options(
+    schema: StructType, needed: Sequence[str], partition_by: Sequence[str] = ()
+) -> dict[str, str]:
+    """The table property that keeps statistics of the ``needed`` columns of a new table of
+    ``schema`` (partitioned by ``partition_by``), when Delta's first 32 leaf columns leave
+    one out; else nothing. Only columns whose type Delta keeps statistics of are named
+    (Delta refuses the property otherwise); a needed column of another type is left out."""
+    fields = [f for f in schema.fields if f.name not in set(partition_by)]
+    indexed, leaves = set(), 0
+    for f in fields:
+        leaves += _leaves(f.dataType)
+        if leaves > INDEXED_LEAVES:
+            break
+        indexed.add(f.name)
+    eligible = {f.name for f in fields if _eligible(f.dataType)}
+    wanted = [c for c in dict.fromkeys(needed) if c in eligible]
+    if all(c in indexed for c in wanted):
+        return {}
+    named = list(wanted)
+    for f in fields:
+        if len(named) >= INDEXED_LEAVES:
+            break
+        if f.name in eligible and f.name not in named:
+            named.append(f.name)
+    return {STATS_COLUMNS: ",".join(_quoted(c) for c in named)}
+
+
+def _leaves(kind: DataType) -> int:
+    if isinstance(kind, StructType):
+        return sum(_leaves(f.dataType) for f in kind.fields)
+    return 1
+
+
+def _eligible(kind: DataType) -> bool:
+    """Delta's SkippingEligibleDataType, for a top-level column (a struct is left out:
+    Delta refuses it when any of its fields is not eligible)."""
+    return isinstance(kind, NumericType | DateType | TimestampType | TimestampNTZType | StringType)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"

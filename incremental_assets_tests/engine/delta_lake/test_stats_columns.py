@@ -1,0 +1,70 @@
+"""Which columns a new table keeps file statistics of (``stats_options``)."""
+
+from __future__ import annotations
+
+from deltalake import DeltaTable
+from pyspark.sql.types import (
+    BooleanType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from incremental_assets.engine.delta_lake import commits as delta_commits
+from incremental_assets.engine.delta_lake.stats_columns import STATS_COLUMNS, stats_options
+from incremental_assets.engine.delta_lake.store import table_options
+
+
+def schema(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, kind) for name, kind in fields])
+
+
+def test_a_table_whose_needed_columns_are_among_its_first_32_gets_no_property():
+    narrow = schema(("id", LongType()), ("name", StringType()), ("deleted_at", TimestampType()))
+    wide = schema(*[(f"c{i}", LongType()) for i in range(40)])
+
+    assert stats_options(narrow, ["id", "deleted_at"]) == {}
+    assert stats_options(wide, ["c0", "c31"]) == {}
+
+
+def test_a_needed_column_past_the_32nd_is_named_with_the_leading_eligible_columns():
+    fields = [("id", LongType()), ("flag", BooleanType())]
+    fields += [(f"c{i}", LongType()) for i in range(40)] + [("deleted at", TimestampType())]
+
+    named = stats_options(schema(*fields), ["id", "deleted at", "flag"])[STATS_COLUMNS]
+
+    columns = named.split(",")
+    # 32 columns: the needed ones first, then the leading ones Delta keeps statistics of
+    # (a boolean is not one: Delta refuses the property naming it).
+    assert columns[:3] == ["`id`", "`deleted at`", "`c0`"]
+    assert len(columns) == 32 and "`flag`" not in columns and columns[-1] == "`c29`"
+
+
+def test_struct_leaves_count_toward_the_32_and_partition_columns_do_not():
+    nested = StructType([StructField(f"f{i}", LongType()) for i in range(31)])
+    fields = (("day", StringType()), ("id", LongType()), ("s", nested), ("at", TimestampType()))
+
+    assert stats_options(schema(*fields), ["id", "at"], partition_by=["day"]) != {}
+    assert stats_options(schema(*fields[:3], ("at", LongType())), ["at"], ["day", "s"]) == {}
+
+
+def test_delta_accepts_the_property_and_keeps_statistics_of_the_named_columns(spark, tmp_path):
+    names = [f"c{i}" for i in range(40)] + ["deleted at"]
+    row = (*range(40), None)
+    rows = spark.createDataFrame([row], ", ".join(f"`{n}` long" for n in names))
+    options = {**table_options(names), **stats_options(rows.schema, ["deleted at"])}
+    path = str(tmp_path / "t")
+
+    delta_commits.append(rows, path, {}, mode="error", options=options)
+
+    table = DeltaTable(path)
+    # A name with a space takes column mapping: the statistics name physical columns.
+    physical = {
+        f.name: f.metadata["delta.columnMapping.physicalName"] for f in table.schema().fields
+    }
+    files = table.get_add_actions(flatten=True)
+    assert files.column(f"null_count.{physical['deleted at']}").to_pylist() == [1]
+    assert f"null_count.{physical['c31']}" not in files.column_names  # the 32nd is c30
+    assert files.column(f"null_count.{physical['c30']}").to_pylist() == [0]
