@@ -99,10 +99,11 @@ def commit(
 
 
 def _stats_columns(spec: TableSpec, plan: MergePlan) -> list[str]:
-    """The columns whose file statistics later runs read instead of the table: the first
-    key (the files a merge touches), the watermark, the partition column, and a soft-delete
-    table's ``deleted_at`` (the delete guard's live rows)."""
-    wanted = [*spec.keys[:1], spec.watermark.column, spec.partition_column]
+    """The columns whose file statistics later runs read instead of the table: the keys
+    (the files a merge touches, the keys_not_null check, Z-ordering), the watermark, the
+    partition column, and a soft-delete table's ``deleted_at`` (the delete guard's live
+    rows)."""
+    wanted = [*spec.keys, spec.watermark.column, spec.partition_column]
     if plan.deletes == "soft":
         wanted.append(DELETED_AT)
     return wanted

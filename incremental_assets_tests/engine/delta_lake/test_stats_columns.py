@@ -33,13 +33,28 @@ def test_a_needed_column_past_the_32nd_is_named_with_the_leading_eligible_column
     fields = [("id", LongType()), ("flag", BooleanType())]
     fields += [(f"c{i}", LongType()) for i in range(40)] + [("deleted at", TimestampType())]
 
-    named = stats_options(schema(*fields), ["id", "deleted at", "flag"])[STATS_COLUMNS]
+    named = stats_options(schema(*fields), ["id", "deleted at"])[STATS_COLUMNS]
 
     columns = named.split(",")
     # 32 columns: the needed ones first, then the leading ones Delta keeps statistics of
     # (a boolean is not one: Delta refuses the property naming it).
     assert columns[:3] == ["`id`", "`deleted at`", "`c0`"]
     assert len(columns) == 32 and "`flag`" not in columns and columns[-1] == "`c29`"
+
+
+def test_a_key_delta_keeps_no_min_or_max_of_leaves_delta_s_default():
+    # Named, a boolean key would lose its null count (keys_not_null, Z-ordering read it).
+    fields = [("flag", BooleanType()), *[(f"c{i}", LongType()) for i in range(40)]]
+
+    assert stats_options(schema(*fields, ("at", TimestampType())), ["flag", "at"]) == {}
+
+
+def test_partition_columns_are_left_out_whatever_their_case():
+    fields = [("Day", StringType()), *[(f"c{i}", LongType()) for i in range(40)]]
+
+    named = stats_options(schema(*fields), ["c39"], partition_by=["day"])[STATS_COLUMNS]
+
+    assert "`Day`" not in named.split(",")
 
 
 def test_struct_leaves_count_toward_the_32_and_partition_columns_do_not():
@@ -51,13 +66,16 @@ def test_struct_leaves_count_toward_the_32_and_partition_columns_do_not():
 
 
 def test_delta_accepts_the_property_and_keeps_statistics_of_the_named_columns(spark, tmp_path):
-    names = [f"c{i}" for i in range(40)] + ["deleted at"]
-    row = (*range(40), None)
-    rows = spark.createDataFrame([row], ", ".join(f"`{n}` long" for n in names))
-    options = {**table_options(names), **stats_options(rows.schema, ["deleted at"])}
+    # A boolean and a partition column among them: both left out, as Delta requires.
+    names = ["day", "flag", *[f"c{i}" for i in range(40)], "deleted at"]
+    row = ("d", True, *range(40), None)
+    types = ["string", "boolean", *["long"] * 41]
+    ddl = ", ".join(f"`{n}` {t}" for n, t in zip(names, types, strict=True))
+    rows = spark.createDataFrame([row], ddl)
+    options = {**table_options(names), **stats_options(rows.schema, ["deleted at"], ["day"])}
     path = str(tmp_path / "t")
 
-    delta_commits.append(rows, path, {}, mode="error", options=options)
+    delta_commits.append(rows, path, {}, mode="error", partition_by=["day"], options=options)
 
     table = DeltaTable(path)
     # A name with a space takes column mapping: the statistics name physical columns.
