@@ -74,7 +74,7 @@ from spark_meter import METER_CONF, Measure, Meter
 
 from incremental_assets.engine import DeltaTarget, LoadRequest, LoadResult, run_load
 from incremental_assets.engine.delta_lake.maintenance import MaintenanceSettings, maintain_table
-from incremental_assets.engine.delta_lake.store import operation_metrics, row_count
+from incremental_assets.engine.delta_lake.store import Tombstones, operation_metrics, row_count
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.engine.watermarks import to_transaction_version
 
@@ -289,6 +289,15 @@ def dlt_installed() -> bool:
     return importlib.util.find_spec("dlt") is not None
 
 
+def seed_tombstones(spark, spec, target: DeltaTarget, count: int) -> None:
+    """``count`` tombstones of keys the source never holds: what a hard-delete table keeps
+    after that many deletes, read by every later run. The copies of the target take them."""
+    key, wm = spec.keys[0], spec.watermark.column
+    # Keys far above the source's; as long integers, the bench cases' key and watermark.
+    deletes = spark.range(count).selectExpr(f"id + {10**12} AS {key}", f"id AS {wm}")
+    Tombstones(target).record_deletes(deletes, [key], wm)
+
+
 def run_scenario(
     bench: Bench, scenario: Scenario, cases: list[Case], rows: int, say, aging: bool
 ) -> tuple[list[CaseResult], list[Aging]]:
@@ -307,6 +316,9 @@ def run_scenario(
         spec = case.spec(source, str(case_root / "target"))
         target = DeltaTarget(spec.name, str(case_root / "target"))
         run = bench.load("initial load", spec, target, initial_request(rows), stage)
+        if case.kind == "cdc_hard" and args.tombstones:
+            seed_tombstones(spark, spec, target, args.tombstones)
+            say(f"{case.name}: {args.tombstones:,} tombstones of earlier deletes recorded")
         p = Prepared(
             case, case_root, target, run.result, run.seconds, len(target.open().file_uris())
         )
@@ -664,6 +676,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "each time (dlt once); the median run is reported (default: %(default)s)",
     )
     parser.add_argument("--empty-runs", type=int, default=3, help="empty runs, median")
+    parser.add_argument(
+        "--tombstones",
+        type=int,
+        default=0,
+        help="cdc_hard: tombstones of earlier deletes recorded beside each initial target "
+        "(keys the source never holds), as after that many deletes (default: none)",
+    )
     parser.add_argument(
         "--warmup-rows",
         type=int,

@@ -112,6 +112,7 @@ def not_older_than_tombstones(
     keys: list[str],
     watermark: str,
     renewed: Observation | None = None,
+    touched: DataFrame | None = None,
 ) -> DataFrame:
     """Drop changes older than a key's recorded hard delete: a replayed or late change must
     not bring a deleted row back. The delete itself passes: its tombstone may have been
@@ -119,9 +120,17 @@ def not_older_than_tombstones(
 
     A key's newest tombstone rules (two runs of one window at once may each have appended
     one: ``Tombstones.record_deletes``). ``renewed`` counts (``rows``) the deletes that pass
-    for keys that have a tombstone already, as the rows are read."""
+    for keys that have a tombstone already, as the rows are read.
+
+    ``touched``: the increment's keys (or more), read apart, in a plan that observes
+    nothing of the increment's (Spark Connect refuses a plan that observes one thing
+    twice). Then only their tombstones are grouped (a semi join, which Spark broadcasts
+    when the keys are few), not all of them: for many tombstones, where reading the keys
+    once more costs less than grouping every tombstone."""
     deleted_at = "_ia_tombstone"
     key_columns = [F.col(quote(k)) for k in keys]
+    if touched is not None:
+        tombstones = tombstones.join(touched, on=list(keys), how="left_semi")
     marks = tombstones.groupBy(*key_columns).agg(F.max(F.col(quote(watermark))).alias(deleted_at))
     joined = increment.join(marks, on=list(keys), how="left")
     wm = F.col(quote(watermark))

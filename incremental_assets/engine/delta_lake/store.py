@@ -933,6 +933,10 @@ class Tombstones(SideTable):
         self.record_deletes(deletes, keys, watermark, new_keys_only=renewed == 0)
         return count
 
+    def rows(self) -> int:
+        """Tombstones held, from the log's statistics (0 when there is no table yet)."""
+        return row_count(self.location.open()) if self.location.exists() else 0
+
     def record_deletes(
         self, deletes: DataFrame, keys: list[str], watermark: str, new_keys_only: bool = False
     ) -> None:

@@ -34,6 +34,7 @@ from incremental_assets.engine.snapshots import CHANGE
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.spark import key_ranges
 from incremental_assets.engine.spark.aggregates import aggregated
+from incremental_assets.engine.spark.remote import is_connect
 from incremental_assets.engine.strategies.rows import (
     PartitionKey,
     above_counters,
@@ -109,6 +110,11 @@ class Strategy:
         self.spec = spec
         # How rows are hashed: the target's own way (transforms.row_hash_version).
         self.row_hash = row_hash
+        # The run's window keys as read, in a plan that observes nothing (``stage``; None
+        # when not at hand: a run with quality rules, of a database or a whole source, that
+        # creates the table, or over Spark Connect): what a strategy may narrow its side
+        # tables' rows by before joining them (``held_back``).
+        self._window_keys: DataFrame | None = None
 
     # -- probe -----------------------------------------------------------------------------
 
@@ -234,6 +240,7 @@ class Strategy:
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
         quarantined = None
+        self._window_keys = None
         # Counted before anything is written (a run that writes once), else observed as
         # the increment is staged.
         counted: dict | None = None
@@ -263,6 +270,11 @@ class Strategy:
             fail_on_bad_rows(spec, counted)
             beside = self.once_beside(as_read, counted)
         else:
+            if not is_connect(spark):
+                # A classic session's plan lists the window's files once, whichever part
+                # of it reads them; a Connect server lists them for each part, and a file
+                # that lands in between could leave a key out of these.
+                self._window_keys = rows.select(*key_columns)
             # Observed above the shuffle: the pass that finds a created table's key ranges
             # runs the plan below it once more, and an observation there would count every
             # row twice.

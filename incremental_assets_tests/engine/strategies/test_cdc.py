@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError
+from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError, changes
 from incremental_assets.engine.errors import SchemaMismatchError
+from incremental_assets.engine.strategies import cdc
 from incremental_assets_tests.builders import (
     FEED,
     ParquetFolder,
@@ -55,7 +56,29 @@ def test_iud_feed_newest_change_per_key_wins_and_hard_delete_removes_the_row(
     assert (result.rows_extracted, result.rows_staged) == (7, 3)
 
 
-def test_hard_deleted_row_is_not_brought_back_by_a_replayed_older_change(spark, folder, tmp_path):
+@pytest.fixture(params=["all", "touched"])
+def tombstones_read(request, monkeypatch):
+    """How a run reads the tombstones: every one grouped, or (the way of a table with many)
+    only those of the window's keys, which the test's runs must then have taken."""
+    if request.param == "all":
+        yield request.param
+        return
+    monkeypatch.setattr(cdc, "TOUCHED_ONLY_ABOVE", -1)
+    narrowed = []
+    read = changes.not_older_than_tombstones
+
+    def spied(*args, touched=None, **kwargs):
+        narrowed.append(touched is not None)
+        return read(*args, touched=touched, **kwargs)
+
+    monkeypatch.setattr(changes, "not_older_than_tombstones", spied)
+    yield request.param
+    assert narrowed and all(narrowed)  # every run with tombstones read only its keys'
+
+
+def test_hard_deleted_row_is_not_brought_back_by_a_replayed_older_change(
+    spark, folder, tmp_path, tombstones_read
+):
     folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 1))))
     target = DeltaTarget("t", str(tmp_path / "target"))
     spec = cdc_spec(folder.path)
@@ -197,7 +220,7 @@ def test_deletes_of_keys_without_a_tombstone_are_appended_and_a_deleted_key_agai
 
 
 def test_a_key_tombstoned_twice_holds_back_by_its_newest_and_loads_each_change_once(
-    spark, folder, tmp_path
+    spark, folder, tmp_path, tombstones_read
 ):
     # Two runs of one window at once may each append a key's tombstone.
     folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 1))))
