@@ -81,7 +81,12 @@ def replay(
                 newest, marks, spec.keys, spec.watermark.column
             )
         replaying = newest.sortWithinPartitions(*key_columns)
-        staged_rows = staging.write_counted(replaying, f"{stage}/replay")["rows"]
+        # A hard-delete table's deletes counted as they are staged, for their tombstones.
+        deletes = [F.count(F.when(F.col(changes.OP) == "D", 1)).alias("deletes")]
+        written = staging.write_counted(
+            replaying, f"{stage}/replay", *(deletes if plan.tombstones else [])
+        )
+        staged_rows = written["rows"]
         released = staging.write_counted(passing.select(*identity_of(spec)), f"{stage}/released")[
             "rows"
         ]
@@ -95,7 +100,10 @@ def replay(
                 # older than a replayed delete stays deleted (a replay that dies after this
                 # leaves a tombstone the repeated replay writes again, harmless).
                 Tombstones(target).record(
-                    staging.read(spark, f"{stage}/replay"), list(plan.keys), plan.watermark
+                    staging.read(spark, f"{stage}/replay"),
+                    list(plan.keys),
+                    plan.watermark,
+                    written["deletes"],
                 )
             commit = target.commit(
                 spark,
