@@ -86,7 +86,6 @@ def history_changes(
     stored: DataFrame | None,
     columns: HistoryColumns,
     stage: Stage = lambda rows, _name: rows,
-    ranges: Shuffle | None = None,
     one_file: bool = False,
 ) -> tuple[DataFrame, DataFrame]:
     """The staged change set for the target, and the events new to the log.
@@ -102,22 +101,13 @@ def history_changes(
     returns it read back. The touched keys' recomputed history is read once, by the
     comparison with ``stored`` (one full join on each version's identity).
 
-    ``ranges``: a run with no log and no table to compare with (a first load) whose
-    ``events`` arrive shuffled into ranges of the first key (a ``KEY_RANGE`` column,
-    engine/spark/key_ranges.py); ``ranges(rows)`` shuffles other rows into ranges of
-    the keys too (the same ones where they were computed from numbers; Spark's range
-    partitioner samples its own for keys of other types). Its events are then
-    deduplicated and staged with no other shuffle, and its versions computed from them
-    in one shuffle into key ranges, where they stay: not staged, since only the write of
-    the table they create reads them.
+    A first load with no log to compare with has ``first_events`` and
+    ``first_versions`` instead.
 
     ``one_file``: the new events are few, so they are sorted in one partition; else they
     are shuffled into ranges of the keys (Spark samples them first), so that each file
     the log's append writes holds a narrow range of keys.
     """
-    if ranges is not None:
-        assert logged is None and stored is None, "ranges are for a first load only"
-        return _first_changes(events, columns, stage, ranges)
     event_id = _event_id(columns)
     fresh = events.dropDuplicates(event_id)
     if logged is not None:
@@ -204,19 +194,25 @@ def _by_key_versions(events: DataFrame, columns: HistoryColumns) -> DataFrame:
     return versions(events.repartition(*[F.col(quote(k)) for k in columns.keys]), columns)
 
 
-def _first_changes(
-    events: DataFrame, columns: HistoryColumns, stage: Stage, ranges: Shuffle
-) -> tuple[DataFrame, DataFrame]:
-    """``history_changes`` of a first load whose events are shuffled into key ranges."""
+def first_events(events: DataFrame, columns: HistoryColumns) -> DataFrame:
+    """A first load's events as its change log keeps them: each once, in key order.
+    ``events`` arrive shuffled into ranges of the first key (engine/spark/key_ranges.py):
+    the range (where there is a ``KEY_RANGE`` column) is a function of the first key, so
+    deduplicating within it needs no shuffle (nor does it within Spark's own ranges)."""
     keys = [F.col(quote(k)) for k in columns.keys]
-    # The range (where there is one) is a function of the first key: deduplicating within
-    # it needs no shuffle (nor does it within Spark's ranges of the keys).
     within = [KEY_RANGE] if KEY_RANGE in events.columns else []
-    event_id = [*_event_id(columns), *within]
-    fresh = events.dropDuplicates(event_id).drop(KEY_RANGE).sortWithinPartitions(*keys)
-    fresh = stage(fresh, "new_changes")
-    recomputed = versions(ranges(fresh), columns, within=within)
-    return _difference(recomputed, None, columns), fresh
+    fresh = events.dropDuplicates([*_event_id(columns), *within]).drop(KEY_RANGE)
+    return fresh.sortWithinPartitions(*keys)
+
+
+def first_versions(logged: DataFrame, columns: HistoryColumns, ranges: Shuffle) -> DataFrame:
+    """A first load's change set: the versions its events (``logged``: ``first_events``,
+    as written, or read back from the log) imply, every one opened, computed in one
+    shuffle into the key ranges ``ranges`` makes, where they stay for the write of the
+    table they create."""
+    ranged = ranges(logged)
+    within = [KEY_RANGE] if KEY_RANGE in ranged.columns else []
+    return _difference(versions(ranged, columns, within=within), None, columns)
 
 
 def _event_id(columns: HistoryColumns) -> list[str]:

@@ -3,7 +3,9 @@ one Delta commit."""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from dataclasses import replace
+
+from pyspark.sql import DataFrame, SparkSession
 
 from incremental_assets.engine import late_files, quality
 from incremental_assets.engine.changes import DELETED_AT
@@ -12,7 +14,7 @@ from incremental_assets.engine.delta_lake.merge_plan import MergePlan
 from incremental_assets.engine.delta_lake.store import CommitResult, DeltaTarget, TargetState
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.guards import OutOfRange
-from incremental_assets.engine.load.stage import Extract, counted_in_one_pass
+from incremental_assets.engine.load.stage import LOGGED_ROWS, Extract, counted_in_one_pass
 from incremental_assets.engine.quarantine import Quarantine, identity_of
 from incremental_assets.engine.strategies import Strategy, strategy_for
 from incremental_assets.engine.strategies.rows import partition_counters
@@ -42,10 +44,13 @@ def commit(
     the run's metadata (with ``source_identity``, what the run read: the next run's source
     must be the same, see engine/sources/identity.py)."""
     spec = strategy.spec
-    _record_beside_target(spark, strategy, target, extracted, state.next_sequence)
+    logged = _record_beside_target(spark, strategy, target, extracted, state.next_sequence)
     crash_point("before_commit")
     gaps, guard, report = extracted.gaps, extracted.guard, extracted.quality
-    return target.commit(
+    increment = extracted.increment
+    if increment is not None and not isinstance(increment, DataFrame):
+        increment = increment()  # it reads what was just recorded beside the target
+    committed = target.commit(
         spark,
         state,
         extracted.staged_path,
@@ -92,10 +97,13 @@ def commit(
         above_cursor=_above_cursor(spec, window, extracted),
         # A small table's merge takes one pass when its rows by partition need no recount.
         one_pass_below=int(spec.target.one_pass_below) if counted_in_one_pass(extracted) else 0,
-        increment=extracted.increment,
+        increment=increment,
         increment_counters=extracted.counters,
         stats_columns=_stats_columns(spec, strategy.merge_plan()),
     )
+    if logged is None:
+        return committed
+    return replace(committed, written={**committed.written, LOGGED_ROWS: logged})
 
 
 def _stats_columns(spec: TableSpec, plan: MergePlan) -> list[str]:
@@ -122,19 +130,19 @@ def _record_beside_target(
     target: DeltaTarget,
     extracted: Extract,
     sequence: int,
-) -> None:
+) -> int | None:
     """Side tables are written before the target's commit: quarantined rows, and the
     strategy's own (hard-delete tombstones, a history table's new changes). Each, left by a
     run that died before its commit, is harmless to the re-run (see Quarantine, Tombstones
-    and ChangeLog)."""
+    and ChangeLog). The rows recorded beside a table written once, where counted."""
     if extracted.rows_quarantined:
         Quarantine(target).record(spark, extracted.quarantined_path, identity_of(strategy.spec))
     if extracted.increment is not None:
         # Written once, as the table it creates: what the strategy records beside it was
         # found in the window's rows (Strategy.once_beside).
-        if extracted.beside is not None:
-            strategy.record_once_beside_target(spark, target, extracted.beside, sequence)
-        return
+        if extracted.beside is None:
+            return None
+        return strategy.record_once_beside_target(spark, target, extracted.beside, sequence)
     strategy.record_beside_target(
         spark,
         target,
@@ -144,6 +152,7 @@ def _record_beside_target(
         sequence,
         extracted.deletes_renewed,
     )
+    return None
 
 
 def _quality_metadata(report: quality.QualityReport) -> dict:

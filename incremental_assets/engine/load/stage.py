@@ -3,6 +3,7 @@ the strategy to a staged increment, and what the run learns from it before commi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -88,7 +89,7 @@ class Extract:
     # A created table's increment, not staged (``Strategy.writes_once``): the commit
     # writes it as the table, counting ``counters``; what it counted is then taken in
     # (``written``). Until then the counts of the increment's write are empty (0).
-    increment: DataFrame | None = None
+    increment: DataFrame | Callable[[], DataFrame] | None = None
     counters: tuple[Column, ...] = ()
     # What a run that writes once records beside the target (``Strategy.once_beside``).
     beside: DataFrame | None = None
@@ -96,8 +97,18 @@ class Extract:
     events_recovered: int = 0
 
     def written(self, strategy: Strategy, counted: dict) -> Extract:
-        """This extract with what the write of its ``increment`` counted."""
-        return replace(self, **_written(strategy, counted))
+        """This extract with what the write of its ``increment`` counted (and the rows
+        recorded beside it, where counted then: ``LOGGED_ROWS``)."""
+        found = _written(strategy, counted)
+        if counted.get(LOGGED_ROWS) is not None:
+            logged = int(counted[LOGGED_ROWS])
+            found["unchanged"] = strategy.unchanged(self.rows_extracted, found["changes"], logged)
+        return replace(self, **found)
+
+
+# The events a history table's first load appended to its change log, as the commit counted
+# them (``Staged.logged_rows`` is None until then).
+LOGGED_ROWS = "logged_rows"
 
 
 def _written(strategy: Strategy, written: dict) -> dict:

@@ -68,19 +68,20 @@ class Staged:
     its write counted (``rows``, ``change:<kind>``, ``deletes``: see
     rows.increment_counters); ``quarantined``: rows diverted to
     ``<stage_root>/quarantine`` (None: no rule quarantines); ``logged_rows``: the events
-    new to the change log."""
+    new to the change log (None: counted by its append, at the commit)."""
 
     observed: dict
     new_columns: list[str]
     logged_path: str | None = None
     written: dict = field(default_factory=dict)
     quarantined: int | None = None
-    logged_rows: int = 0
+    logged_rows: int | None = 0
     # Each row's partition key (rows.partition_key; None: the table has none to count).
     partition_key: PartitionKey | None = None
     # A created table's increment, not staged: the commit writes it once, as the table,
     # counting ``counters`` as it does (``written`` is empty until then). None: staged.
-    increment: DataFrame | None = None
+    # A function makes it once ``beside`` is recorded (it reads what was recorded).
+    increment: DataFrame | Callable[[], DataFrame] | None = None
     counters: tuple[Column, ...] = ()
     # What a run that writes once records beside the target before its commit
     # (``Strategy.once_beside``; a history table: its new change-log events).
@@ -414,9 +415,10 @@ class Strategy:
 
     def record_once_beside_target(
         self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0
-    ) -> None:
+    ) -> int | None:
         """Record ``rows`` (``once_beside``) beside the target, before the commit of an
-        increment written once (at commit ``sequence``)."""
+        increment written once (at commit ``sequence``); the rows recorded, where the
+        strategy counts them (a history table's new events: ``unchanged``)."""
         raise NotImplementedError
 
     # -- result ----------------------------------------------------------------------------
@@ -426,7 +428,9 @@ class Strategy:
         increment's write counted."""
         return {}
 
-    def unchanged(self, extracted: int, counts: dict[str, int], logged_rows: int) -> int | None:
+    def unchanged(
+        self, extracted: int, counts: dict[str, int], logged_rows: int | None
+    ) -> int | None:
         """Rows that needed no write, when the strategy knows them apart."""
         return None
 

@@ -125,8 +125,9 @@ class Cdc(Strategy):
 
     def record_once_beside_target(
         self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0
-    ) -> None:
+    ) -> int | None:
         Tombstones(target).record_deletes(rows, list(self.spec.keys), self.spec.watermark.column)
+        return None
 
     def merge_plan(self) -> MergePlan:
         spec = self.spec

@@ -6,9 +6,10 @@ longer has them."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType
 
@@ -27,6 +28,7 @@ from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.spark import key_ranges
+from incremental_assets.engine.spark.remote import is_connect
 from incremental_assets.engine.strategies.base import (
     Staged,
     Strategy,
@@ -36,6 +38,7 @@ from incremental_assets.engine.strategies.base import (
 )
 from incremental_assets.engine.strategies.cdc import Cdc
 from incremental_assets.engine.strategies.rows import (
+    PartitionKey,
     change_counts,
     checked_in_time,
     extract_counters,
@@ -119,9 +122,10 @@ class Scd2(Strategy):
     ) -> Staged:
         """Stage a history table's run in two steps: the window's change events, then,
         from them, the versions to write (``increment``) and the events new to the change
-        log (``new_changes``). A first load (``_first_of_all``) stages only the latter:
-        its events are counted in the pass that finds the key ranges and read once, and
-        its versions are written once, as the table."""
+        log (``new_changes``). A first load (``_first_of_all``) stages nothing: its
+        events are counted in the pass that finds the key ranges, read once, by the log's
+        append, and its versions are written once, as the table, from the log
+        (``_first_load``)."""
         spec = self.spec
         scd2 = self.options
         if self.changes.reads_whole_source:
@@ -170,6 +174,8 @@ class Scd2(Strategy):
         fail_on_bad_rows(spec, counts)
 
         columns = history_columns(spec, events.columns)
+        if ranges is not None:
+            return self._first_load(spark, target, counts, new_columns, events, columns, ranges)
         # Only the files of the log and the target that may hold a touched key are read
         # (both are written in key order): the run's cost follows its keys, not the
         # table. The log's rows of those keys are staged (read twice: which events are
@@ -210,18 +216,15 @@ class Scd2(Strategy):
             increment, _ = history.later_changes(events, latest, columns, stage, one_file)
         else:
             increment, _ = history.history_changes(
-                events, logged, stored, columns, stage=stage, ranges=ranges, one_file=one_file
+                events, logged, stored, columns, stage=stage, one_file=one_file
             )
-        key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
-        # A created table's versions are written in ranges of the keys (a first load's
-        # are in them already); an existing table's increment stays as the comparison's
-        # join left it, for the MERGE shuffles it.
-        if ranges is None and not state.exists:
+        # A created table's versions are written in ranges of the keys; an existing
+        # table's increment stays as the comparison's join left it, for the MERGE
+        # shuffles it.
+        if not state.exists:
             increment = by_key(increment, spec.keys, creates_table=True)
-        ordered = increment.sortWithinPartitions(*key_columns)
-        key = partition_key(spec, ordered.schema)
-        counters = increment_counters(ordered.columns, self.change_kinds, key)
-        counters += delta_io.range_counters(ordered.schema, first_key)
+        ordered = _key_ordered(spec, increment)
+        key, counters = self._counters(ordered)
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)
         logged_path = f"{stage_root}/new_changes" if fresh else None
@@ -263,6 +266,55 @@ class Scd2(Strategy):
             partition_key=key,
             recovered=recovered,
         )
+
+    def _first_load(
+        self,
+        spark: SparkSession,
+        target: DeltaTarget,
+        counts: dict,
+        new_columns: list[str],
+        events: DataFrame,
+        columns: history.HistoryColumns,
+        ranges: key_ranges.Shuffle,
+    ) -> Staged:
+        """A first load (``_first_of_all``), staged as nothing: its events are written
+        once, to the change log, by the commit (deduplicated, in ranges of the keys,
+        reading the window as it writes), and the table it creates is written from the
+        log as appended, its versions computed on the way (``Staged.increment``, made
+        after the log's append). The events' ``counts`` come from the pass that found
+        the key ranges; the log's append counts the new ones."""
+        fresh = history.first_events(events, columns)
+        made = _key_ordered(self.spec, history.first_versions(fresh, columns, ranges))
+        # The same plan from the events as read (no job): the columns the write counts.
+        key, counters = self._counters(made)
+        if not int(counts.get("rows") or 0):
+            # No event: nothing to log (and no log to read), no version.
+            return Staged(
+                counts, new_columns, partition_key=key, increment=made, counters=tuple(counters)
+            )
+        log = ChangeLog(target)
+
+        def from_log() -> DataFrame:
+            logged = log.to_spark(spark)
+            assert logged is not None, "the change log is appended before the table"
+            return _key_ordered(self.spec, history.first_versions(logged, columns, ranges))
+
+        return Staged(
+            counts,
+            new_columns,
+            logged_rows=None,
+            partition_key=key,
+            increment=from_log,
+            counters=tuple(counters),
+            beside=fresh,
+        )
+
+    def _counters(self, ordered: DataFrame) -> tuple[PartitionKey | None, list[Column]]:
+        """The partition key of the increment's rows and what its write counts."""
+        key = partition_key(self.spec, ordered.schema)
+        counters = increment_counters(ordered.columns, self.change_kinds, key)
+        counters += delta_io.range_counters(ordered.schema, self.spec.keys[0])
+        return key, counters
 
     def _first_of_all(self, state: TargetState, target: DeltaTarget, remote: bool) -> bool:
         """Whether the run creates the table and finds no change log either (a first
@@ -309,16 +361,33 @@ class Scd2(Strategy):
 
     def record_once_beside_target(
         self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0
-    ) -> None:
-        """The change log's new events (staged), before the versions are written once."""
-        ChangeLog(target).append(rows, sequence)
+    ) -> int | None:
+        """The change log's new events (staged, or a first load's, read from the window
+        as they are written: ``_first_load``), before the versions are written once; how
+        many, as the append counted them (None over Spark Connect, whose observations
+        may come back empty: engine/spark/aggregates.py)."""
+        if is_connect(spark):
+            ChangeLog(target).append(rows, sequence)
+            return None
+        observation = Observation(f"logged_{uuid.uuid4().hex}")
+        counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"))
+        ChangeLog(target).append(counted, sequence)
+        found = dict(observation.get).get("rows")
+        return None if found is None else int(found)
 
     def change_counts(self, written: dict) -> dict[str, int]:
         return change_counts(written, HISTORY_KINDS)
 
-    def unchanged(self, extracted: int, counts: dict[str, int], logged_rows: int) -> int | None:
-        """The changes already in the change log (replays, duplicates)."""
-        return max(extracted - logged_rows, 0)
+    def unchanged(
+        self, extracted: int, counts: dict[str, int], logged_rows: int | None
+    ) -> int | None:
+        """The changes already in the change log (replays, duplicates); None until the
+        new ones are counted."""
+        return None if logged_rows is None else max(extracted - logged_rows, 0)
+
+
+def _key_ordered(spec: TableSpec, increment: DataFrame) -> DataFrame:
+    return increment.sortWithinPartitions(*[F.col(transforms.quote(k)) for k in spec.keys])
 
 
 def _versions(newer: str) -> tuple[Clause, ...]:

@@ -120,7 +120,9 @@ class Snapshot(Strategy):
     def change_counts(self, written: dict) -> dict[str, int]:
         return change_counts(written, SNAPSHOT_KINDS)
 
-    def unchanged(self, extracted: int, counts: dict[str, int], logged_rows: int) -> int | None:
+    def unchanged(
+        self, extracted: int, counts: dict[str, int], logged_rows: int | None
+    ) -> int | None:
         """Snapshot rows that matched the target exactly."""
         return max(extracted - counts.get("insert", 0) - counts.get("change", 0), 0)
 
