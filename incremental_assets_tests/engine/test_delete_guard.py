@@ -291,6 +291,32 @@ def test_a_wide_soft_delete_table_keeps_statistics_of_deleted_at_and_counts_from
     assert table.get_add_actions(flatten=True).column("min.id").null_count == 0
 
 
+def test_a_wide_table_created_under_a_session_default_of_more_indexed_columns_keeps_it(
+    spark, tmp_path
+):
+    # The session's default count of indexed columns covers deleted_at: no property, and
+    # the guard still counts live rows from the statistics (every column has them).
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(wide_feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 5)]))
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    spec = cdc_spec(folder.path, deletes="soft")
+    default = "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols"
+    spark.conf.set(default, "60")
+    try:
+        load(spark, spec, target, 1)
+    finally:
+        spark.conf.unset(default)
+    folder.drop(wide_feed((1, None, "D", 20, at(2, 1))))
+
+    result = load(spark, spec, target, 2)
+
+    configuration = DeltaTable(target.path).metadata().configuration
+    assert "delta.dataSkippingStatsColumns" not in configuration
+    assert configuration["delta.dataSkippingNumIndexedCols"] == "60"
+    assert result.guard is not None and result.guard.live_rows == 4
+    assert target.loads(limit=1)[0]["live_rows_from"] == "statistics"
+
+
 def test_a_narrow_table_keeps_delta_s_default_statistics(spark, tmp_path):
     _, target, _ = soft_table(spark, tmp_path)
 

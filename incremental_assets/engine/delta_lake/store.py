@@ -40,7 +40,7 @@ from incremental_assets.engine.delta_lake.merge_plan import (
     run_merge,
     update,
 )
-from incremental_assets.engine.delta_lake.stats_columns import stats_options
+from incremental_assets.engine.delta_lake.stats_columns import session_indexed, stats_options
 from incremental_assets.engine.errors import (
     ConcurrentLoadError,
     CursorLostError,
@@ -553,7 +553,12 @@ class DeltaTarget:
                         partition_by=partition_by,
                         options={
                             **table_options(columns, deletion_vectors),
-                            **stats_options(rows.schema, stats_columns, partition_by),
+                            **stats_options(
+                                rows.schema,
+                                stats_columns,
+                                partition_by,
+                                session_indexed(spark),
+                            ),
                             "maxRecordsPerFile": str(ROWS_PER_FILE),
                         },
                         table=self.catalog_table,

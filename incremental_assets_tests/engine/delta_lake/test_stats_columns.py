@@ -13,7 +13,11 @@ from pyspark.sql.types import (
 )
 
 from incremental_assets.engine.delta_lake import commits as delta_commits
-from incremental_assets.engine.delta_lake.stats_columns import STATS_COLUMNS, stats_options
+from incremental_assets.engine.delta_lake.stats_columns import (
+    STATS_COLUMNS,
+    session_indexed,
+    stats_options,
+)
 from incremental_assets.engine.delta_lake.store import table_options
 
 
@@ -63,6 +67,39 @@ def test_struct_leaves_count_toward_the_32_and_partition_columns_do_not():
 
     assert stats_options(schema(*fields), ["id", "at"], partition_by=["day"]) != {}
     assert stats_options(schema(*fields[:3], ("at", LongType())), ["at"], ["day", "s"]) == {}
+
+
+def test_a_count_of_indexed_columns_other_than_32_is_the_count_the_rule_follows():
+    wide = schema(*[(f"c{i}", LongType()) for i in range(40)])
+
+    # Wider than the table: every column keeps statistics, no property.
+    assert stats_options(wide, ["c0", "c39"], indexed=50) == {}
+    assert stats_options(wide, ["c0", "c39"], indexed=-1) == {}  # -1: every column
+    # Narrower: the needed columns, then the leading ones up to the count.
+    named = stats_options(wide, ["c39"], indexed=10)[STATS_COLUMNS].split(",")
+    assert named == ["`c39`", *[f"`c{i}`" for i in range(9)]]
+    assert stats_options(wide, ["c5"], indexed=10) == {}
+    # None: the session names the columns itself.
+    assert stats_options(wide, ["c39"], indexed=None) == {}
+
+
+SESSION = "spark.databricks.delta.properties.defaults."
+
+
+def test_the_session_s_delta_defaults_are_the_count_or_the_columns_themselves(spark):
+    count, columns = SESSION + "dataSkippingNumIndexedCols", SESSION + "dataSkippingStatsColumns"
+    assert session_indexed(spark) == 32
+    try:
+        spark.conf.set(count, "-1")
+        assert session_indexed(spark) == -1
+        spark.conf.set(count, "50")
+        assert session_indexed(spark) == 50
+        spark.conf.set(columns, "id,deleted_at")
+        assert session_indexed(spark) is None
+    finally:
+        spark.conf.unset(count)
+        spark.conf.unset(columns)
+    assert session_indexed(spark) == 32
 
 
 def test_delta_accepts_the_property_and_keeps_statistics_of_the_named_columns(spark, tmp_path):
