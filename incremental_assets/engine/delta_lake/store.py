@@ -978,6 +978,20 @@ class ChangeLog(SideTable):
         (the caller appends only a run that has some)."""
         self.append_rows(rows, {"mergeSchema": "true"}, {self.FOR_SEQUENCE: sequence})
 
+    def appended(self, sequence: int) -> int | None:
+        """The events of the log's newest commit, by its own metrics, when it is the
+        loader's append for the target's commit at ``sequence`` (None otherwise: no log,
+        another writer's commit on top, a release that did not say)."""
+        if not self.location.exists():
+            return None
+        newest = self.location.open().history(1)
+        record = delta_commits.parse(newest[0]) if newest else None
+        made_for = None if record is None else record.get(self.FOR_SEQUENCE)
+        if made_for is None or int(made_for) != sequence:
+            return None
+        metrics = newest[0].get("operationMetrics") or {}
+        return int(metrics["numOutputRows"]) if "numOutputRows" in metrics else None
+
     def uncommitted(self, sequence: int) -> int:
         """The events appended for the target's commit at ``sequence`` (its next), which
         the target does not hold: a run that appended them died before its commit (runs

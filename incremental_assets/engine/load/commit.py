@@ -138,8 +138,9 @@ def _record_beside_target(
     if extracted.rows_quarantined:
         Quarantine(target).record(spark, extracted.quarantined_path, identity_of(strategy.spec))
     if extracted.increment is not None:
-        # Written once, as the table it creates: what the strategy records beside it was
-        # found in the window's rows (Strategy.once_beside).
+        # Written once, as the table it creates: what the strategy records beside it
+        # (Staged.beside: found in the window's rows, Strategy.once_beside, or a history
+        # table's new events).
         if extracted.beside is None:
             return None
         return strategy.record_once_beside_target(spark, target, extracted.beside, sequence)

@@ -6,10 +6,9 @@ longer has them."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType
 
@@ -28,7 +27,6 @@ from incremental_assets.engine.guards import OutOfRange
 from incremental_assets.engine.snapshots import CHANGE, snapshot_changes
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.spark import key_ranges
-from incremental_assets.engine.spark.remote import is_connect
 from incremental_assets.engine.strategies.base import (
     Staged,
     Strategy,
@@ -73,8 +71,8 @@ class Scd2(Strategy):
     kind = "scd2"
     change_kinds = HISTORY_KINDS
     # A run that creates the table writes its versions once, as the table: its change
-    # log's new events are staged (the versions are computed from them) and appended
-    # from there before the commit (``Staged.beside``).
+    # log's new events are appended before the commit (``Staged.beside``: staged, or a
+    # first load's, from the window), and the versions are computed from them.
     creates_in_one_write = True
 
     def __init__(self, spec: TableSpec, row_hash: int = LATEST_ROW_HASH) -> None:
@@ -364,16 +362,10 @@ class Scd2(Strategy):
     ) -> int | None:
         """The change log's new events (staged, or a first load's, read from the window
         as they are written: ``_first_load``), before the versions are written once; how
-        many, as the append counted them (None over Spark Connect, whose observations
-        may come back empty: engine/spark/aggregates.py)."""
-        if is_connect(spark):
-            ChangeLog(target).append(rows, sequence)
-            return None
-        observation = Observation(f"logged_{uuid.uuid4().hex}")
-        counted = rows.observe(observation, F.count(F.lit(1)).alias("rows"))
-        ChangeLog(target).append(counted, sequence)
-        found = dict(observation.get).get("rows")
-        return None if found is None else int(found)
+        many, as the append's commit counted them (None when its commit is not found)."""
+        log = ChangeLog(target)
+        log.append(rows, sequence)
+        return log.appended(sequence)
 
     def change_counts(self, written: dict) -> dict[str, int]:
         return change_counts(written, HISTORY_KINDS)
