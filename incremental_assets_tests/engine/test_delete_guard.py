@@ -264,15 +264,21 @@ def wide_feed(*events: tuple) -> pa.Table:
     return pa.Table.from_pylist(rows, pa.schema(fields))
 
 
+def wide_soft_table(tmp_path, rows: int) -> tuple[ParquetFolder, DeltaTarget, TableSpec]:
+    """A soft-delete table of ``wide_feed`` rows, its first day's ``rows`` inserts dropped
+    in its feed (not loaded)."""
+    folder = ParquetFolder(tmp_path / "feed")
+    folder.drop(wide_feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, rows + 1)]))
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    return folder, target, cdc_spec(folder.path, deletes="soft")
+
+
 def test_a_wide_soft_delete_table_keeps_statistics_of_deleted_at_and_counts_from_them(
     spark, tmp_path
 ):
     # Delta keeps statistics of a table's first 32 columns; deleted_at comes last, so a wide
     # table names the columns its runs read statistics of (delta.dataSkippingStatsColumns).
-    folder = ParquetFolder(tmp_path / "feed")
-    folder.drop(wide_feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 11)]))
-    target = DeltaTarget("orders", str(tmp_path / "target"))
-    spec = cdc_spec(folder.path, deletes="soft")
+    folder, target, spec = wide_soft_table(tmp_path, 10)
     load(spark, spec, target, 1)
     folder.drop(wide_feed((1, None, "D", 20, at(2, 1)), (2, None, "D", 21, at(2, 1))))
 
@@ -296,10 +302,7 @@ def test_a_wide_table_created_under_a_session_default_of_more_indexed_columns_ke
 ):
     # The session's default count of indexed columns covers deleted_at: no property, and
     # the guard still counts live rows from the statistics (every column has them).
-    folder = ParquetFolder(tmp_path / "feed")
-    folder.drop(wide_feed(*[(i, f"n{i}", "I", i, at(1, 1)) for i in range(1, 5)]))
-    target = DeltaTarget("orders", str(tmp_path / "target"))
-    spec = cdc_spec(folder.path, deletes="soft")
+    folder, target, spec = wide_soft_table(tmp_path, 4)
     default = "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols"
     spark.conf.set(default, "60")
     try:

@@ -984,13 +984,17 @@ class ChangeLog(SideTable):
         another writer's commit on top, a release that did not say)."""
         if not self.location.exists():
             return None
-        newest = self.location.open().history(1)
+        newest = self._newest_append(self.location.open(), sequence)
+        metrics = (newest or {}).get("operationMetrics") or {}
+        return int(metrics["numOutputRows"]) if "numOutputRows" in metrics else None
+
+    def _newest_append(self, log: DeltaTable, sequence: int) -> dict | None:
+        """The log's newest commit, when it is the loader's append for the target's commit
+        at ``sequence``."""
+        newest = log.history(1)
         record = delta_commits.parse(newest[0]) if newest else None
         made_for = None if record is None else record.get(self.FOR_SEQUENCE)
-        if made_for is None or int(made_for) != sequence:
-            return None
-        metrics = newest[0].get("operationMetrics") or {}
-        return int(metrics["numOutputRows"]) if "numOutputRows" in metrics else None
+        return newest[0] if made_for is not None and int(made_for) == sequence else None
 
     def uncommitted(self, sequence: int) -> int:
         """The events appended for the target's commit at ``sequence`` (its next), which
@@ -1034,10 +1038,7 @@ class ChangeLog(SideTable):
         if sequence is None or not self.location.exists():
             return False
         log = self.location.open()
-        newest = log.history(1)
-        record = delta_commits.parse(newest[0]) if newest else None
-        made_for = None if record is None else record.get(self.FOR_SEQUENCE)
-        if made_for is None or int(made_for) != sequence:
+        if self._newest_append(log, sequence) is None:
             return False
         try:
             before = instant - timedelta(milliseconds=1)
