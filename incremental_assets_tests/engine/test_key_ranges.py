@@ -12,7 +12,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
 from incremental_assets.engine import DeltaTarget, SchemaMismatchError
@@ -20,7 +20,7 @@ from incremental_assets.engine.delta_lake.commits import session_settings
 from incremental_assets.engine.spark import key_ranges
 from incremental_assets.engine.strategies.base import by_key, drop_range, window_keys
 from incremental_assets.engine.transforms import newest_per_key
-from incremental_assets_tests.builders import at, load, make_spec, target_rows
+from incremental_assets_tests.builders import at, load, make_spec, order_rows, target_rows
 
 # Eight shuffle partitions, none coalesced: the increment is staged in eight files. The
 # commit reads each in a task of its own (small files are otherwise packed several to a
@@ -199,3 +199,64 @@ def test_a_source_column_named_like_the_key_range_is_refused(spark, tmp_path):
         load(spark, make_spec(source), target, 1)
 
     assert not DeltaTable.is_deltatable(target.path)
+
+
+def test_bounds_spread_each_files_rows_evenly_between_its_lowest_and_highest_key():
+    quarters = [0.25, 0.5, 0.75]
+
+    assert key_ranges.spread_bounds([(0, 100, 100)], quarters) == [25, 50, 75]
+    # Two files far apart: half the rows each, the bounds inside each one's keys.
+    assert key_ranges.spread_bounds([(0, 10, 10), (1000, 1010, 10)], quarters) == [5, 10, 1005]
+    # A file of one key holds all its rows at that key; overlapping files add up.
+    assert key_ranges.spread_bounds([(0, 100, 100), (50, 50, 100)], quarters) == [50, 50, 50]
+    assert key_ranges.spread_bounds([(0, 100, 50), (0, 100, 50)], [0.5]) == [50]
+    assert key_ranges.spread_bounds([(7, 7, 3)], quarters) == [7, 7, 7]
+    assert key_ranges.spread_bounds([], quarters) == []
+
+
+def _partition_sizes(rows) -> list[int]:
+    counted = rows.groupBy(F.spark_partition_id().alias("p")).count().collect()
+    return sorted(r["count"] for r in counted)
+
+
+def test_a_created_tables_ranges_come_from_the_statistics_when_they_describe_its_rows(spark):
+    rows = spark.range(0, 1_000).withColumnRenamed("id", "k")
+    long_type = rows.schema["k"].dataType
+    # Statistics that put every key below 500: taken, they send keys 500-999 to the last
+    # range; a sketch of the keys themselves fills the eight ranges evenly.
+    low_half = key_ranges.FileKeys(((0.0, 499.0, 1_000),), long_type)
+    # The same, counting twice the rows the window holds: not taken, the keys sketched.
+    too_many = key_ranges.FileKeys(((0.0, 499.0, 2_000),), long_type)
+    count = F.count(F.lit(1)).alias("rows")
+
+    with session_settings(spark, SPREAD):
+        taken, found = key_ranges.ranges_of(rows, "k", count, stated=lambda: low_half)
+        sketched, also = key_ranges.ranges_of(rows, "k", count, stated=lambda: too_many)
+        assert taken is not None and sketched is not None
+        taken_sizes = _partition_sizes(taken(rows))
+        sketched_sizes = _partition_sizes(sketched(rows))
+
+    assert found == also == {"rows": 1_000}
+    assert taken_sizes[-1] >= 500 and sum(taken_sizes) == 1_000
+    assert max(sketched_sizes) <= 200 and len(sketched_sizes) == 8
+
+
+def test_a_first_load_from_a_delta_source_ranges_its_files_by_the_logs_statistics(spark, tmp_path):
+    # Four appends of keys in their own quarter: the table's eight files each cover a
+    # range of their own, about an eighth of the rows each (the bounds spread each file's
+    # rows over its keys: a row either side of the exact eighth).
+    source = str(tmp_path / "source")
+    for quarter in range(4):
+        keys = range(quarter * 1_000 + 1, quarter * 1_000 + 1_001)
+        write_deltalake(
+            source, order_rows([(k, "placed", 1.0, at(1, quarter)) for k in keys]), mode="append"
+        )
+    target = DeltaTarget("orders", str(tmp_path / "orders"))
+
+    with session_settings(spark, SPREAD):
+        load(spark, make_spec(source), target, 1)
+
+    actions = pa.table(DeltaTable(target.path).get_add_actions(flatten=True)).to_pylist()
+    assert_disjoint(file_ranges(target.path, "order_id"))
+    assert len(actions) == 8 and all(495 <= a["num_records"] <= 505 for a in actions)
+    assert len(target_rows(target)) == 4_000

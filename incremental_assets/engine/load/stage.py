@@ -145,7 +145,15 @@ def extract(
     # Late files are few and new: counting their rows apart reads only them once more.
     rows_late, files_late = _late_counts(strategy, source, window)
     staged = strategy.stage(
-        spark, rows, window, state, target, stage_root, run_id, remote=source.remote
+        spark,
+        rows,
+        window,
+        state,
+        target,
+        stage_root,
+        run_id,
+        remote=source.remote,
+        stated=lambda: strategy.stated_keys(source, window),
     )
     observed = staged.observed
     rows_extracted = int(observed["rows"])

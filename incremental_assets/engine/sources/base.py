@@ -18,6 +18,7 @@ from pyspark.sql.types import StructType
 from incremental_assets.engine import predicates
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.spark.aggregates import aggregated
+from incremental_assets.engine.spark.key_ranges import FileKeys
 from incremental_assets.engine.transforms import quote, to_utc_instants
 from incremental_assets.engine.watermarks import (
     WatermarkKind,
@@ -179,6 +180,12 @@ class Source(ABC):
         """The source's highest value of ``column`` where it is known without a Spark
         job (a Delta log's statistics, and for a timestamp the few rows they leave
         open); None otherwise."""
+        return None
+
+    def key_files(self, column: str, raw_parts: list[Part] | None) -> FileKeys | None:
+        """What the source's file statistics say of ``column`` (a number) in the files a
+        read of ``raw_parts`` opens: each file's lowest and highest value and its rows
+        (a Delta log's statistics); None where they say nothing of it."""
         return None
 
     def holds_none(self, parts: list[Part], zone: str) -> bool:

@@ -11,6 +11,7 @@ from pyspark.sql.types import (
     ByteType,
     IntegerType,
     LongType,
+    NumericType,
     ShortType,
     StructType,
     TimestampType,
@@ -25,6 +26,7 @@ from incremental_assets.engine.sources import delta_log
 from incremental_assets.engine.sources.base import Additions, Source, first_line
 from incremental_assets.engine.sources.identity import location_identity
 from incremental_assets.engine.spark.failures import is_spark_failure
+from incremental_assets.engine.spark.key_ranges import FileKeys
 from incremental_assets.engine.unreadable import log_error
 from incremental_assets.specs import SourceSpec
 from incremental_assets.specs.identifiers import catalog_key
@@ -197,6 +199,31 @@ class DeltaSource(Source):
         if isinstance(low, datetime) and isinstance(high, datetime):
             return delta_io.highest_read(self._table, column, low, high)
         return low if isinstance(low, int) and low == high else None
+
+    def key_files(self, column: str, raw_parts: list[Part] | None) -> FileKeys | None:
+        """From the log's statistics of the files a read of ``raw_parts`` opens, for a
+        number kept by its own name (not under column mapping): None when a file has
+        no row count, or no lowest or highest value (no statistics, only nulls).
+        Deletion vectors or a catalog's row filter leave fewer rows than counted: the
+        caller compares its own count (``key_ranges.STATED_SHARE``)."""
+        field = next((f for f in self._schema.fields if f.name == column), None)
+        low, high = f"min.{column}", f"max.{column}"
+        if (
+            field is None
+            or not isinstance(field.dataType, NumericType)
+            or self._column_mapping
+            or low not in self._files.column_names
+        ):
+            return None
+        files = []
+        for row in delta_io.prune_files(self._files, raw_parts):
+            rows = row.get("num_records")
+            if rows == 0:
+                continue
+            if rows is None or row.get(low) is None or row.get(high) is None:
+                return None
+            files.append((float(row[low]), float(row[high]), int(rows)))
+        return FileKeys(tuple(files), field.dataType)
 
     def holds_none(self, parts: list[Part], zone: str) -> bool:
         """Whether no file's statistics admit a row of ``parts``: bounds, so true of the

@@ -14,11 +14,20 @@ Any bucket a key is given is correct (all rows of a key share its first key, so 
 bucket): the bounds only decide how evenly the files are filled and how narrow they are.
 Keys of other types (text, binary) keep ``repartitionByRange``; so does a session whose
 shuffle partition count is not a number (Databricks' ``auto``).
+
+Where a source's file statistics state each file's lowest and highest key and its rows
+(a Delta log: ``FileKeys``), the bounds come from them, each file's rows taken as spread
+evenly over its keys, and the pass counts the rows without the sketch (at 5M rows the
+sketch was about 0.5 s of that pass, at 20M about 1.2 s). The pass's count says whether
+the statistics describe the window: when the window keeps less than ``STATED_SHARE`` of
+the rows they count (a window of part of the files' rows, deletion vectors), the sketch
+runs after all, in a pass of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +43,67 @@ _MASK = 0xFFFFFFFF
 
 Shuffle = Callable[[DataFrame], DataFrame]
 
+# The least share of the rows the statistics count that the window must keep for its
+# ranges to be taken from them.
+STATED_SHARE = 0.9
+_STATED_ROWS = "_ia_stated_rows"
+
+
+@dataclass(frozen=True)
+class FileKeys:
+    """What a source's file statistics state of the files a window reads: each file's
+    lowest and highest first key (as numbers in the key's order) and its rows, for a key
+    of type ``data_type``."""
+
+    files: tuple[tuple[float, float, int], ...]
+    data_type: T.DataType
+
+    @property
+    def rows(self) -> int:
+        return sum(rows for _, _, rows in self.files)
+
+    def bounds(self, fractions: Sequence[float]) -> list[float]:
+        """The keys at or below which each of ``fractions`` of the rows lie, each file's
+        rows taken as spread evenly between its lowest and highest key (a file of one key:
+        all at that key)."""
+        return spread_bounds(self.files, fractions)
+
+
+def spread_bounds(files: Sequence[tuple[float, float, int]], fractions: Sequence[float]):
+    """``FileKeys.bounds`` of ``files``: one sweep over the files' ends in key order, the
+    rows below a key rising by each open file's rows per key between ends, and at once by
+    a one-key file's rows at its key."""
+    total = sum(rows for _, _, rows in files if rows > 0)
+    if not total or not fractions:
+        return []
+    jumps: dict[float, float] = {}
+    slopes: dict[float, float] = {}
+    for low, high, rows in files:
+        if rows <= 0:
+            continue
+        if high <= low:
+            jumps[low] = jumps.get(low, 0.0) + rows
+        else:
+            slope = rows / (high - low)
+            slopes[low] = slopes.get(low, 0.0) + slope
+            slopes[high] = slopes.get(high, 0.0) - slope
+    targets = [f * total for f in fractions]
+    found: list[float] = []
+    below, slope, previous = 0.0, 0.0, None
+    for key in sorted(jumps.keys() | slopes.keys()):
+        if previous is not None and slope > 0:
+            rising = slope * (key - previous)
+            while len(found) < len(targets) and below + rising >= targets[len(found)]:
+                found.append(previous + (targets[len(found)] - below) / slope)
+            below += rising
+        below += jumps.get(key, 0.0)
+        while len(found) < len(targets) and below >= targets[len(found)]:
+            found.append(key)
+        slope = max(slope + slopes.get(key, 0.0), 0.0)
+        previous = key
+    last = previous if previous is not None else 0.0
+    return found + [last] * (len(targets) - len(found))
+
 
 def ranged(rows: DataFrame, key: str, *also: Column) -> tuple[DataFrame | None, dict]:
     """``rows`` with a ``KEY_RANGE`` column, hash-shuffled on it so that partition ``i``
@@ -46,23 +116,38 @@ def ranged(rows: DataFrame, key: str, *also: Column) -> tuple[DataFrame | None, 
     return (shuffle(rows) if shuffle is not None else None), found
 
 
-def ranges_of(rows: DataFrame, key: str, *also: Column) -> tuple[Shuffle | None, dict]:
+def ranges_of(
+    rows: DataFrame,
+    key: str,
+    *also: Column,
+    stated: Callable[[], FileKeys | None] | None = None,
+) -> tuple[Shuffle | None, dict]:
     """``ranged``, as the shuffle it makes: it gives any rows with ``key`` the same
-    ranges, found in ``rows`` (the same key goes to the same partition)."""
+    ranges, found in ``rows`` (the same key goes to the same partition). ``stated``:
+    what the source's file statistics say of ``rows``' files, asked only here (None:
+    they say nothing, and the ranges come from a sketch of the keys)."""
     partitions = shuffle_partitions(rows.sparkSession)
+    data_type = rows.schema[key].dataType
     column = F.col(quote(key))
-    position = _position(rows.schema[key].dataType, column)
+    position = _position(data_type, column)
     if partitions is None or position is None:
         return None, {}
     if partitions == 1:
         return _shuffled_on(F.lit(0), 1), {}
     fractions = [i / partitions for i in range(1, partitions)]
+    sketch = F.percentile_approx(position, fractions).alias("bounds")
+    files = stated() if stated is not None else None
     # Two jobs (agg) rather than one observed write: a window read through deletion
     # vectors cannot be observed under a write command (aggregates.py).
-    found = aggregated(
-        rows, F.percentile_approx(position, fractions).alias("bounds"), *also, one_job=False
-    )
-    bounds = found.pop("bounds")
+    if files is not None and files.data_type == data_type and files.rows:
+        found = aggregated(rows, *also, F.count(F.lit(1)).alias(_STATED_ROWS), one_job=False)
+        if found.pop(_STATED_ROWS) >= STATED_SHARE * files.rows:
+            bounds = files.bounds(fractions)
+        else:  # the window keeps too few of the rows they count: sketched after all
+            bounds = aggregated(rows, sketch, one_job=False)["bounds"]
+    else:
+        found = aggregated(rows, sketch, *also, one_job=False)
+        bounds = found.pop("bounds")
     if not bounds:
         return None, found
     values = bucket_values(partitions)

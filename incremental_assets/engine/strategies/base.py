@@ -56,6 +56,9 @@ from incremental_assets.engine.watermarks import parse_value
 from incremental_assets.engine.windows import LoadRequest, Window, WindowPolicy, plan_window
 from incremental_assets.specs import TableSpec
 
+# What the source's file statistics say of a window's first key, asked when needed.
+Stated = Callable[[], "key_ranges.FileKeys | None"]
+
 Transform = Callable[[DataFrame], DataFrame]
 
 
@@ -192,11 +195,9 @@ class Strategy:
 
     def window_rows(self, source: Source, window: Window) -> DataFrame:
         """The source rows of the window, prepared."""
-        spec = self.spec
-        wm, part_col = spec.watermark.column, spec.partition_column
-        parts = predicates.window_parts(window, wm, part_col, spec.watermark.tiebreak)
+        parts = self._window_parts(window)
         types = {f.name: f.dataType for f in source.schema.fields}
-        zone = spec.source.timezone
+        zone = self.spec.source.timezone
         raw = source.read(predicates.to_source_ranges(parts, types, zone))
         rows = (
             raw.filter(predicates.to_source_filter(parts, types, zone))
@@ -206,6 +207,22 @@ class Strategy:
         if window.late_files:
             rows = rows.unionByName(self.late_rows(source, window))
         return rows
+
+    def stated_keys(self, source: Source, window: Window) -> key_ranges.FileKeys | None:
+        """What the source's file statistics say of the first key in the files the
+        window reads (``Source.key_files``); None without a key, or with late files
+        (their rows are read apart)."""
+        if not self.spec.keys or window.late_files:
+            return None
+        types = {f.name: f.dataType for f in source.schema.fields}
+        parts = self._window_parts(window)
+        raw = predicates.to_source_ranges(parts, types, self.spec.source.timezone)
+        return source.key_files(self.spec.keys[0], raw)
+
+    def _window_parts(self, window: Window) -> list[predicates.Part]:
+        spec = self.spec
+        wm, part_col = spec.watermark.column, spec.partition_column
+        return predicates.window_parts(window, wm, part_col, spec.watermark.tiebreak)
 
     def late_rows(self, source: Source, window: Window) -> DataFrame:
         """The rows of the window's late files at or below the cursor that its other parts
@@ -233,10 +250,13 @@ class Strategy:
         stage_root: str,
         run_id: str,
         remote: bool,
+        stated: Stated | None = None,
     ) -> Staged:
         """Check, count and reduce the window's ``rows`` to the increment, staged at
         ``<stage_root>/increment`` (or, when the run ``writes_once``, left for the commit
-        to write as the table); rows failing a quarantine rule are staged apart."""
+        to write as the table); rows failing a quarantine rule are staged apart.
+        ``stated``: what the source's file statistics say of the window's keys
+        (``stated_keys``), asked only by a run that creates the table."""
         spec = self.spec
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
@@ -267,7 +287,7 @@ class Strategy:
             counters = extract_counters(spec, rows.columns) + self.once_counters()
             counters += span_counters(spec)
             as_read = rows
-            rows, counted = created_by_key(rows, spec.keys, counters)
+            rows, counted = created_by_key(rows, spec.keys, counters, stated)
             fail_on_bad_rows(spec, counted)
             beside = self.once_beside(as_read, counted)
         else:
@@ -469,23 +489,24 @@ def by_key(
 
 
 def created_by_key(
-    rows: DataFrame, keys: list[str], counters: list[Column]
+    rows: DataFrame, keys: list[str], counters: list[Column], stated: Stated | None = None
 ) -> tuple[DataFrame, dict]:
     """``by_key`` for a run that creates the table (the range column kept), with the
     values of ``counters`` (aggregates, each named with ``alias``) counted in the pass
     that finds the key ranges, or in one of their own where there is none."""
-    shuffle, counted = created_ranges(rows, keys, counters)
+    shuffle, counted = created_ranges(rows, keys, counters, stated)
     return shuffle(rows), counted
 
 
 def created_ranges(
-    rows: DataFrame, keys: list[str], counters: list[Column]
+    rows: DataFrame, keys: list[str], counters: list[Column], stated: Stated | None = None
 ) -> tuple[key_ranges.Shuffle, dict]:
     """``created_by_key`` as the shuffle it makes, for other rows of the same keys too:
-    into the ranges found in ``rows`` (a ``KEY_RANGE`` column), or, for keys of other
-    types, by Spark's range partitioner (which samples each shuffle's rows for bounds of
-    its own, so the ranges may differ)."""
-    shuffle, counted = key_ranges.ranges_of(rows, keys[0], *counters)
+    into the ranges found in ``rows`` (a ``KEY_RANGE`` column; from the source's file
+    statistics where ``stated`` gives them and they describe the rows), or, for keys of
+    other types, by Spark's range partitioner (which samples each shuffle's rows for
+    bounds of its own, so the ranges may differ)."""
+    shuffle, counted = key_ranges.ranges_of(rows, keys[0], *counters, stated=stated)
     if not counted:
         counted = aggregated(rows, *counters, one_job=False)
     if shuffle is None:

@@ -29,6 +29,7 @@ from incremental_assets.engine.sources import Source
 from incremental_assets.engine.spark import key_ranges
 from incremental_assets.engine.strategies.base import (
     Staged,
+    Stated,
     Strategy,
     Transform,
     by_key,
@@ -117,6 +118,7 @@ class Scd2(Strategy):
         stage_root: str,
         run_id: str,
         remote: bool,
+        stated: Stated | None = None,
     ) -> Staged:
         """Stage a history table's run in two steps: the window's change events, then,
         from them, the versions to write (``increment``) and the events new to the change
@@ -157,7 +159,8 @@ class Scd2(Strategy):
         elif self._first_of_all(state, target, remote):
             # Nothing to compare with, so the events are read only once: counted first, in
             # the pass that finds the key ranges, then shuffled into them (not staged).
-            ranges, counts = created_ranges(rows, spec.keys, extract_counters(spec, rows.columns))
+            counters = extract_counters(spec, rows.columns)
+            ranges, counts = created_ranges(rows, spec.keys, counters, stated)
             events = ranges(rows)
         else:
             observed_rows, observation = observed(spec, rows)

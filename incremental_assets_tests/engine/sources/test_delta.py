@@ -388,3 +388,47 @@ def test_a_source_without_statistics_is_probed_over_its_whole_part(spark, tmp_pa
 
     assert opened.highest_bounds("updated_at") is None
     assert _probe_high_water(spark, source, cap=at(2)) == at(1, 3)
+
+
+def test_the_keys_of_the_files_a_window_reads_are_taken_from_the_log(spark, tmp_path):
+    # Each file's lowest and highest key and its rows, for the files the window's parts
+    # keep by their statistics; a key that is not a number, or a file whose key has no
+    # statistics, says nothing.
+    source = str(tmp_path / "source")
+    _three_files_by_hour(source)
+    opened = DeltaSource.open(spark, "orders", make_spec(source).source, {})
+
+    every = opened.key_files("order_id", None)
+    later = opened.key_files("order_id", [(Range("updated_at", at(1, 3), False, None, False),)])
+
+    assert every is not None and sorted(every.files) == [
+        (1.0, 2.0, 2),
+        (3.0, 3.0, 1),
+        (4.0, 5.0, 2),
+    ]
+    assert every.rows == 5 and every.data_type == opened.schema["order_id"].dataType
+    assert later is not None and sorted(later.files) == [(3.0, 3.0, 1), (4.0, 5.0, 2)]
+    assert opened.key_files("status", None) is None
+    nulls = str(tmp_path / "nulls")
+    write_deltalake(nulls, order_rows([(1, "new", 1.0, at(1, 1))]))
+    no_keys = pa.table({"order_id": pa.array([None], pa.int64()), "status": ["x"]})
+    write_deltalake(nulls, no_keys, mode="append", schema_mode="merge")
+    assert (
+        DeltaSource.open(spark, "o", make_spec(nulls).source, {}).key_files("order_id", None)
+        is None
+    )
+
+
+def test_a_column_mapped_source_states_no_keys(spark, tmp_path):
+    # Its statistics are kept by physical names, which the log's flattened actions name.
+    source = str(tmp_path / "source")
+    write_deltalake(
+        source,
+        order_rows([(1, "x", 1.0, at(1, 1))]),
+        configuration={"delta.columnMapping.mode": "name"},
+    )
+
+    assert (
+        DeltaSource.open(spark, "o", make_spec(source).source, {}).key_files("order_id", None)
+        is None
+    )
