@@ -126,22 +126,56 @@ COUNTED_KEYS = 10_000
 @dataclass(frozen=True)
 class PartitionKey:
     """Each row's partition key (``2026-01-02``, or ``2026-01-02-13:00`` for hourly
-    tables): ``start``, the partition's first instant (the partition column cut to the
-    day or hour), written as text by ``text``. Counted by its start and written after
-    counting: formatting every row's key as text costs about three times as much as the
-    rest of the counting (20M rows: 4.0 s against 1.9 s in one write here)."""
+    tables): ``start``, the partition's first instant (the partition column, ``column``
+    as a timestamp, cut to the day or hour), written as text by ``text``. Counted by its
+    start and written after counting: formatting every row's key as text costs about
+    three times as much as the rest of the counting (20M rows: 4.0 s against 1.9 s in
+    one write here).
 
-    start: Column
+    Cutting is monotonic and keeps nulls (a row has a start when it has a partition
+    value): the first and last key are cut from the column's lowest and highest value,
+    once, not from every row's start (``first``, ``last``, ``missing``); and in UTC (the
+    session's zone) a day or an hour starts at a multiple of its length since the epoch,
+    so the starts a histogram counts are arithmetic on the seconds (``seconds``), not
+    Spark's calendar cut (at 5M rows, 0.2-0.3 s less per write of every row)."""
+
+    column: Column
     pattern: str
+
+    @property
+    def unit(self) -> str:
+        return "day" if self.pattern == _DAILY else "hour"
+
+    @property
+    def start(self) -> Column:
+        return F.date_trunc(self.unit, self.column)
 
     def text(self, start: Column) -> Column:
         """``start`` (a partition's first instant, e.g. an aggregate of ``self.start``)
         as its key."""
         return F.date_format(start, self.pattern)
 
+    def first(self, where: Column | None = None) -> Column:
+        """The lowest key among rows (``where``: among those rows), as text."""
+        column = self.column if where is None else F.when(where, self.column)
+        return self.text(F.date_trunc(self.unit, F.min(column)))
+
+    def last(self, where: Column | None = None) -> Column:
+        """The highest key among rows (``where``: among those rows), as text."""
+        column = self.column if where is None else F.when(where, self.column)
+        return self.text(F.date_trunc(self.unit, F.max(column)))
+
+    def missing(self, where: Column | None = None) -> Column:
+        """The rows (``where``: of those rows) without a key."""
+        none = self.column.isNull() if where is None else where & self.column.isNull()
+        return F.count(F.when(none, 1))
+
     def seconds(self) -> Column:
-        """The partition's first instant in seconds since the epoch (UTC)."""
-        return F.unix_seconds(self.start)
+        """The partition's first instant in seconds since the epoch (UTC): the row's
+        seconds (Spark floors them) less their remainder in the unit."""
+        seconds = F.unix_seconds(self.column)
+        length = 86_400 if self.pattern == _DAILY else 3_600
+        return seconds - F.pmod(seconds, F.lit(length))
 
     def text_of(self, seconds: int) -> str | None:
         """The key of the partition that starts ``seconds`` after the epoch (UTC), as
@@ -163,10 +197,8 @@ def partition_key(spec: TableSpec, schema: StructType) -> PartitionKey | None:
     if not isinstance(schema[column].dataType, (DateType, TimestampType, TimestampNTZType)):
         return None
     daily = spec.partitioning.granularity == "daily"
-    start = F.date_trunc(
-        "day" if daily else "hour", F.col(transforms.quote(column)).cast("timestamp")
-    )
-    return PartitionKey(start, _DAILY if daily else _HOURLY)
+    instant = F.col(transforms.quote(column)).cast("timestamp")
+    return PartitionKey(instant, _DAILY if daily else _HOURLY)
 
 
 _DAILY, _HOURLY = "yyyy-MM-dd", "yyyy-MM-dd-HH:00"
@@ -195,9 +227,9 @@ def partition_counters(key: PartitionKey | None) -> list[Column]:
     if key is None:
         return []
     return [
-        key.text(F.min(key.start)).alias(FIRST_PARTITION),
-        key.text(F.max(key.start)).alias(LAST_PARTITION),
-        F.count(F.when(key.start.isNull(), 1)).alias(NO_PARTITION),
+        key.first().alias(FIRST_PARTITION),
+        key.last().alias(LAST_PARTITION),
+        key.missing().alias(NO_PARTITION),
     ]
 
 
@@ -273,9 +305,9 @@ def above_counters(above: Column | None, key: PartitionKey | None) -> list[Colum
         return []
     return [
         F.count(F.when(above, 1)).alias(ABOVE_ROWS),
-        key.text(F.min(F.when(above, key.start))).alias(ABOVE[FIRST_PARTITION]),
-        key.text(F.max(F.when(above, key.start))).alias(ABOVE[LAST_PARTITION]),
-        F.count(F.when(above & key.start.isNull(), 1)).alias(ABOVE[NO_PARTITION]),
+        key.first(above).alias(ABOVE[FIRST_PARTITION]),
+        key.last(above).alias(ABOVE[LAST_PARTITION]),
+        key.missing(above).alias(ABOVE[NO_PARTITION]),
     ]
 
 

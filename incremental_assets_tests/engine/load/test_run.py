@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.delta_lake import commits as delta_commits
@@ -705,6 +706,8 @@ def test_a_partition_start_counted_in_seconds_is_written_as_spark_writes_its_key
     spec = make_spec("unused", partitioning={"granularity": granularity})
     instants = [
         datetime(1969, 12, 31, 23, 30, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 500_000, tzinfo=UTC),
+        datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
         datetime(2026, 1, 2, 13, 59, tzinfo=UTC),
         datetime(2400, 2, 29, 5, tzinfo=UTC),
     ]
@@ -712,3 +715,33 @@ def test_a_partition_start_counted_in_seconds_is_written_as_spark_writes_its_key
     key = rows_module.partition_key(spec, rows.schema)
     found = rows.select(key.seconds().alias("s"), key.text(key.start).alias("text")).collect()
     assert [key.text_of(r["s"]) for r in found] == [r["text"] for r in found]
+
+
+@pytest.mark.parametrize("granularity", ["daily", "hourly"])
+def test_the_first_and_last_partition_keys_are_cut_from_the_lowest_and_highest_value(
+    spark, granularity
+):
+    # As Spark cuts each row's value and takes the lowest and highest cut, with or
+    # without a condition on the rows, and rows without a value counted apart.
+    spec = make_spec("unused", partitioning={"granularity": granularity})
+    rng = random.Random(11)
+    instants = [
+        datetime(1969, 12, 31, tzinfo=UTC) + timedelta(seconds=rng.randrange(0, 3 * 86_400))
+        for _ in range(200)
+    ]
+    rows = spark.createDataFrame(
+        [(t, n % 3 == 0) for n, t in enumerate([*instants, None, None])],
+        f"{spec.partition_column} timestamp, above boolean",
+    )
+    key = rows_module.partition_key(spec, rows.schema)
+    above = F.col("above")
+
+    for where in (None, above):
+        kept = rows if where is None else rows.filter(where)
+        expected = kept.select(
+            key.text(F.min(key.start)), key.text(F.max(key.start)), F.count(F.lit(1))
+        ).first()
+        keyed = kept.filter(key.start.isNotNull()).count()
+        found = rows.select(key.first(where), key.last(where), key.missing(where)).first()
+        assert (found[0], found[1]) == (expected[0], expected[1])
+        assert found[2] == expected[2] - keyed
