@@ -320,9 +320,8 @@ class Strategy:
             if key is not None and spanned is not None:
                 tasks = key_ranges.shuffle_partitions(spark)
                 counters += created_counters(key, spanned, tasks)
-        if spec.keys:
-            counters += delta_io.range_counters(increment.schema, spec.keys[0])
         if counted is not None:
+            # Written once, as the table: no merge reads its key range (``range_counters``).
             return Staged(
                 counted,
                 [],
@@ -331,6 +330,8 @@ class Strategy:
                 counters=tuple(counters),
                 beside=beside,
             )
+        if spec.keys:
+            counters += delta_io.range_counters(increment.schema, spec.keys[0])
         written = write_counted(increment, f"{stage_root}/increment", *counters)
         written = {**written, **self.counted_while_staged()}
         if counted is not None:

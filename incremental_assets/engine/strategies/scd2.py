@@ -225,7 +225,7 @@ class Scd2(Strategy):
         if not state.exists:
             increment = by_key(increment, spec.keys, creates_table=True)
         ordered = _key_ordered(spec, increment)
-        key, counters = self._counters(ordered)
+        key, counters = self._counters(ordered, merged=not self.writes_once(state))
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)
         logged_path = f"{stage_root}/new_changes" if fresh else None
@@ -287,7 +287,7 @@ class Scd2(Strategy):
         fresh = history.first_events(events, columns)
         made = _key_ordered(self.spec, history.first_versions(fresh, columns, ranges))
         # The same plan from the events as read (no job): the columns the write counts.
-        key, counters = self._counters(made)
+        key, counters = self._counters(made, merged=False)
         if not int(counts.get("rows") or 0):
             # No event: nothing to log (and no log to read), no version.
             return Staged(
@@ -310,11 +310,16 @@ class Scd2(Strategy):
             beside=fresh,
         )
 
-    def _counters(self, ordered: DataFrame) -> tuple[PartitionKey | None, list[Column]]:
-        """The partition key of the increment's rows and what its write counts."""
+    def _counters(
+        self, ordered: DataFrame, merged: bool
+    ) -> tuple[PartitionKey | None, list[Column]]:
+        """The partition key of the increment's rows and what its write counts: the range
+        of their first key only for a merge (``merged``), which reads it to find the
+        target's files (a table written once has none to find)."""
         key = partition_key(self.spec, ordered.schema)
         counters = increment_counters(ordered.columns, self.change_kinds, key)
-        counters += delta_io.range_counters(ordered.schema, self.spec.keys[0])
+        if merged:
+            counters += delta_io.range_counters(ordered.schema, self.spec.keys[0])
         return key, counters
 
     def _first_of_all(self, state: TargetState, target: DeltaTarget, remote: bool) -> bool:
