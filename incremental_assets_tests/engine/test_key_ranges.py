@@ -212,6 +212,21 @@ def test_bounds_spread_each_files_rows_evenly_between_its_lowest_and_highest_key
     assert key_ranges.spread_bounds([(0, 100, 50), (0, 100, 50)], [0.5]) == [50]
     assert key_ranges.spread_bounds([(7, 7, 3)], quarters) == [7, 7, 7]
     assert key_ranges.spread_bounds([], quarters) == []
+    # Files without rows, or with an end that is not a finite number, are left out.
+    nan, inf = float("nan"), float("inf")
+    assert key_ranges.spread_bounds([(0, 100, 100), (5, 6, 0), (nan, 9, 50)], [0.5]) == [50]
+    assert key_ranges.spread_bounds([(0, inf, 10)], [0.5]) == []
+
+
+def test_no_bound_falls_between_files_however_far_apart():
+    # Two overlapping files whose rows per key (0.1 and 0.2) do not add up exactly in
+    # floating point, then one far above (a sentinel key): the rows per key left after
+    # both close must not count rows in the empty gap, where there are none.
+    files = [(0.0, 10.0, 1), (1.0, 11.0, 2), (1e20, 1e20 + 1e6, 3)]
+
+    bounds = key_ranges.spread_bounds(files, [0.6, 0.9])
+
+    assert all(b >= 1e20 for b in bounds), bounds
 
 
 def _partition_sizes(rows) -> list[int]:
@@ -241,7 +256,9 @@ def test_a_created_tables_ranges_come_from_the_statistics_when_they_describe_its
     assert max(sketched_sizes) <= 200 and len(sketched_sizes) == 8
 
 
-def test_a_first_load_from_a_delta_source_ranges_its_files_by_the_logs_statistics(spark, tmp_path):
+def test_a_first_load_from_a_delta_source_ranges_its_files_by_the_logs_statistics(
+    spark, tmp_path, monkeypatch
+):
     # Four appends of keys in their own quarter: the table's eight files each cover a
     # range of their own, about an eighth of the rows each (the bounds spread each file's
     # rows over its keys: a row either side of the exact eighth).
@@ -253,6 +270,10 @@ def test_a_first_load_from_a_delta_source_ranges_its_files_by_the_logs_statistic
         )
     target = DeltaTarget("orders", str(tmp_path / "orders"))
 
+    def no_sketch(*args, **kwargs):
+        raise AssertionError("the keys were sketched")
+
+    monkeypatch.setattr(key_ranges.F, "percentile_approx", no_sketch)
     with session_settings(spark, SPREAD):
         load(spark, make_spec(source), target, 1)
 

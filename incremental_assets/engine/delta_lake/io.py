@@ -37,7 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from incremental_assets.engine.predicates import Part
+from incremental_assets.engine.predicates import Part, Range
 from incremental_assets.engine.spark.local_rows import no_rows
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import from_transaction_version, to_utc
@@ -95,6 +95,32 @@ def _file_admits(row: dict, part: Part) -> bool:
             # the file; Spark's filter is exact.
             continue
     return True
+
+
+def file_within(row: dict, parts: list[Part]) -> bool:
+    """Whether every row of the file (an add action, as ``live_files``) lies in one of
+    ``parts``, as far as its statistics or partition values tell: each range's column
+    between its bounds (their inclusiveness aside: the answer sizes, never filters). A
+    file without statistics for a range's column, or with statistics of another type
+    than its bounds, is not known to lie within."""
+    return any(all(_range_holds(row, r) for r in part) for part in parts)
+
+
+def _range_holds(row: dict, r: Range) -> bool:
+    if f"partition.{r.column}" in row:
+        low = high = row[f"partition.{r.column}"]
+    else:
+        low, high = row.get(f"min.{r.column}"), row.get(f"max.{r.column}")
+    lower = r.lower[0] if isinstance(r.lower, tuple) else r.lower
+    upper = r.upper[0] if isinstance(r.upper, tuple) else r.upper
+    if isinstance(low, datetime):
+        low += _STATS_SLACK  # kept to the millisecond: the true lowest may be just above
+    try:
+        if lower is not None and (low is None or low < lower):
+            return False
+        return upper is None or (high is not None and high <= upper)
+    except TypeError:
+        return False
 
 
 def holds_above(table: DeltaTable | None, column: str, value: object) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 from deltalake import DeltaTable
@@ -201,17 +202,21 @@ class DeltaSource(Source):
         return low if isinstance(low, int) and low == high else None
 
     def key_files(self, column: str, raw_parts: list[Part] | None) -> FileKeys | None:
-        """From the log's statistics of the files a read of ``raw_parts`` opens, for a
-        number kept by its own name (not under column mapping): None when a file has
-        no row count, or no lowest or highest value (no statistics, only nulls).
-        Deletion vectors or a catalog's row filter leave fewer rows than counted: the
-        caller compares its own count (``key_ranges.STATED_SHARE``)."""
+        """From the log's statistics of the files a read of ``raw_parts`` opens, where
+        they count the rows read (a table read by its path, with no deletion vectors,
+        each file wholly inside the window by its statistics) for a number kept by its
+        own name (not under column mapping): None when one of those does not hold, or a
+        file has no row count or no finite lowest or highest value (no statistics, only
+        nulls). A window that keeps fewer rows still (a feed's rows its strategy drops)
+        is caught by the caller's own count (``key_ranges.STATED_SHARE``)."""
         field = next((f for f in self._schema.fields if f.name == column), None)
         low, high = f"min.{column}", f"max.{column}"
         if (
             field is None
             or not isinstance(field.dataType, NumericType)
             or self._column_mapping
+            or self._deletion_vectors
+            or self.spec.table is not None
             or low not in self._files.column_names
         ):
             return None
@@ -222,7 +227,12 @@ class DeltaSource(Source):
                 continue
             if rows is None or row.get(low) is None or row.get(high) is None:
                 return None
-            files.append((float(row[low]), float(row[high]), int(rows)))
+            if raw_parts is not None and not delta_io.file_within(row, raw_parts):
+                return None
+            ends = (float(row[low]), float(row[high]))
+            if not all(math.isfinite(end) for end in ends):
+                return None
+            files.append((*ends, int(rows)))
         return FileKeys(tuple(files), field.dataType)
 
     def holds_none(self, parts: list[Part], zone: str) -> bool:

@@ -26,6 +26,7 @@ runs after all, in a pass of its own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -69,27 +70,37 @@ class FileKeys:
         return spread_bounds(self.files, fractions)
 
 
-def spread_bounds(files: Sequence[tuple[float, float, int]], fractions: Sequence[float]):
+def spread_bounds(
+    files: Sequence[tuple[float, float, int]], fractions: Sequence[float]
+) -> list[float]:
     """``FileKeys.bounds`` of ``files``: one sweep over the files' ends in key order, the
     rows below a key rising by each open file's rows per key between ends, and at once by
-    a one-key file's rows at its key."""
-    total = sum(rows for _, _, rows in files if rows > 0)
+    a one-key file's rows at its key. Between files (none open) nothing rises: the slope
+    is set to 0 there, not left to the float error of adding and taking off each file's
+    own. Files without rows, or with an end that is not a finite number, are left out."""
+    kept = [
+        (low, high, rows)
+        for low, high, rows in files
+        if rows > 0 and math.isfinite(low) and math.isfinite(high)
+    ]
+    total = sum(rows for _, _, rows in kept)
     if not total or not fractions:
         return []
     jumps: dict[float, float] = {}
     slopes: dict[float, float] = {}
-    for low, high, rows in files:
-        if rows <= 0:
-            continue
+    opened: dict[float, int] = {}
+    for low, high, rows in kept:
         if high <= low:
             jumps[low] = jumps.get(low, 0.0) + rows
         else:
             slope = rows / (high - low)
             slopes[low] = slopes.get(low, 0.0) + slope
             slopes[high] = slopes.get(high, 0.0) - slope
+            opened[low] = opened.get(low, 0) + 1
+            opened[high] = opened.get(high, 0) - 1
     targets = [f * total for f in fractions]
     found: list[float] = []
-    below, slope, previous = 0.0, 0.0, None
+    below, slope, open_files, previous = 0.0, 0.0, 0, None
     for key in sorted(jumps.keys() | slopes.keys()):
         if previous is not None and slope > 0:
             rising = slope * (key - previous)
@@ -99,7 +110,8 @@ def spread_bounds(files: Sequence[tuple[float, float, int]], fractions: Sequence
         below += jumps.get(key, 0.0)
         while len(found) < len(targets) and below >= targets[len(found)]:
             found.append(key)
-        slope = max(slope + slopes.get(key, 0.0), 0.0)
+        open_files += opened.get(key, 0)
+        slope = max(slope + slopes.get(key, 0.0), 0.0) if open_files else 0.0
         previous = key
     last = previous if previous is not None else 0.0
     return found + [last] * (len(targets) - len(found))
@@ -135,7 +147,10 @@ def ranges_of(
     if partitions == 1:
         return _shuffled_on(F.lit(0), 1), {}
     fractions = [i / partitions for i in range(1, partitions)]
-    sketch = F.percentile_approx(position, fractions).alias("bounds")
+
+    def sketch() -> Column:
+        return F.percentile_approx(position, fractions).alias("bounds")
+
     files = stated() if stated is not None else None
     # Two jobs (agg) rather than one observed write: a window read through deletion
     # vectors cannot be observed under a write command (aggregates.py).
@@ -144,9 +159,9 @@ def ranges_of(
         if found.pop(_STATED_ROWS) >= STATED_SHARE * files.rows:
             bounds = files.bounds(fractions)
         else:  # the window keeps too few of the rows they count: sketched after all
-            bounds = aggregated(rows, sketch, one_job=False)["bounds"]
+            bounds = aggregated(rows, sketch(), one_job=False)["bounds"]
     else:
-        found = aggregated(rows, sketch, *also, one_job=False)
+        found = aggregated(rows, sketch(), *also, one_job=False)
         bounds = found.pop("bounds")
     if not bounds:
         return None, found

@@ -210,9 +210,11 @@ class Strategy:
 
     def stated_keys(self, source: Source, window: Window) -> key_ranges.FileKeys | None:
         """What the source's file statistics say of the first key in the files the
-        window reads (``Source.key_files``); None without a key, or with late files
-        (their rows are read apart)."""
-        if not self.spec.keys or window.late_files:
+        window reads (``Source.key_files``); None without a key, with late files (their
+        rows are read apart), or for a Debezium feed (its keys come from the change's
+        row images, not the source's own columns)."""
+        feed = self.spec.feed
+        if not self.spec.keys or window.late_files or (feed and feed.encoding == "debezium"):
             return None
         types = {f.name: f.dataType for f in source.schema.fields}
         parts = self._window_parts(window)
@@ -334,12 +336,9 @@ class Strategy:
             counters += delta_io.range_counters(increment.schema, spec.keys[0])
         written = write_counted(increment, f"{stage_root}/increment", *counters)
         written = {**written, **self.counted_while_staged()}
-        if counted is not None:
-            counts = counted
-        else:
-            assert observation is not None
-            counts = observation.get
-            fail_on_bad_rows(spec, counts)
+        assert observation is not None
+        counts = observation.get
+        fail_on_bad_rows(spec, counts)
         return Staged(
             counts, new_columns, written=written, quarantined=quarantined, partition_key=key
         )

@@ -409,6 +409,9 @@ def test_the_keys_of_the_files_a_window_reads_are_taken_from_the_log(spark, tmp_
     assert every.rows == 5 and every.data_type == opened.schema["order_id"].dataType
     assert later is not None and sorted(later.files) == [(3.0, 3.0, 1), (4.0, 5.0, 2)]
     assert opened.key_files("status", None) is None
+    # A window that keeps part of a file's rows: its statistics do not count the rows read.
+    cut = [(Range("updated_at", None, False, at(1, 4.5), True),)]
+    assert opened.key_files("order_id", cut) is None
     nulls = str(tmp_path / "nulls")
     write_deltalake(nulls, order_rows([(1, "new", 1.0, at(1, 1))]))
     no_keys = pa.table({"order_id": pa.array([None], pa.int64()), "status": ["x"]})
@@ -432,3 +435,15 @@ def test_a_column_mapped_source_states_no_keys(spark, tmp_path):
         DeltaSource.open(spark, "o", make_spec(source).source, {}).key_files("order_id", None)
         is None
     )
+
+
+def test_a_source_with_deletion_vectors_states_no_keys(spark, tmp_path):
+    # Its files' row counts include the rows the vectors delete.
+    source = str(tmp_path / "source")
+    rows = spark.createDataFrame([(n, "x") for n in range(10)], "order_id long, status string")
+    rows.write.format("delta").option("delta.enableDeletionVectors", "true").save(source)
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE order_id < 3")
+    opened = DeltaSource.open(spark, "o", make_spec(source).source, {})
+
+    assert opened.reads_deletion_vectors
+    assert opened.key_files("order_id", None) is None
