@@ -75,13 +75,17 @@ def prune_files(actions: pa.Table, parts: list[Part] | None) -> list[dict]:
     return [row for row in rows if any(_file_admits(row, part) for part in parts)]
 
 
+def _file_bounds(row: dict, column: str) -> tuple[Any, Any]:
+    """A file's lowest and highest value of ``column`` (an add action, as ``live_files``):
+    its partition value, or its statistics (None where it has none)."""
+    if f"partition.{column}" in row:
+        return row[f"partition.{column}"], row[f"partition.{column}"]
+    return row.get(f"min.{column}"), row.get(f"max.{column}")
+
+
 def _file_admits(row: dict, part: Part) -> bool:
     for r in part:
-        if f"partition.{r.column}" in row:
-            value = row[f"partition.{r.column}"]
-            low = high = value
-        else:
-            low, high = row.get(f"min.{r.column}"), row.get(f"max.{r.column}")
+        low, high = _file_bounds(row, r.column)
         try:
             if isinstance(low, datetime):
                 low -= _STATS_SLACK
@@ -107,19 +111,18 @@ def file_within(row: dict, parts: list[Part]) -> bool:
 
 
 def _range_holds(row: dict, r: Range) -> bool:
-    if f"partition.{r.column}" in row:
-        low = high = row[f"partition.{r.column}"]
-    else:
-        low, high = row.get(f"min.{r.column}"), row.get(f"max.{r.column}")
+    low, high = _file_bounds(row, r.column)
     lower = r.lower[0] if isinstance(r.lower, tuple) else r.lower
     upper = r.upper[0] if isinstance(r.upper, tuple) else r.upper
-    if isinstance(low, datetime):
-        low += _STATS_SLACK  # kept to the millisecond: the true lowest may be just above
     try:
+        if isinstance(low, datetime):
+            low += _STATS_SLACK  # kept to the millisecond: the true lowest may be above
         if lower is not None and (low is None or low < lower):
             return False
         return upper is None or (high is not None and high <= upper)
-    except TypeError:
+    except (TypeError, OverflowError):
+        # Statistics of another type than the bound, or at the end of Python's
+        # datetimes (a sentinel such as 9999-12-31): not known to lie within.
         return False
 
 

@@ -9,6 +9,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.io import KeySet
+from incremental_assets.engine.predicates import Range
 from incremental_assets.engine.staging import write_counted
 from incremental_assets_tests.builders import jobs_in
 
@@ -160,3 +161,20 @@ def test_a_table_holds_rows_above_a_cursor_by_its_statistics_to_the_millisecond(
     # A row without a watermark is not replaced by a newer row: the table may hold one.
     assert delta_io.holds_above(table_of(tmp_path / "b", [moment(0), None]), "ts", moment(6))
     assert delta_io.holds_above(None, "ts", moment(6))
+
+
+def test_a_file_lies_within_a_window_by_its_statistics_and_a_sentinel_is_not_known_to():
+    utc = timezone.utc
+    window = [(Range("t", datetime(2026, 1, 1, tzinfo=utc), False, None, False),)]
+    inside = {"min.t": datetime(2026, 1, 2, tzinfo=utc), "max.t": datetime(2026, 1, 3, tzinfo=utc)}
+    across = {"min.t": datetime(2025, 12, 31, tzinfo=utc), "max.t": inside["max.t"]}
+    # Every row at the end of the calendar: the millisecond of slack would overflow.
+    sentinel = {
+        "min.t": datetime.max.replace(tzinfo=utc),
+        "max.t": datetime.max.replace(tzinfo=utc),
+    }
+
+    assert delta_io.file_within(inside, window)
+    assert not delta_io.file_within(across, window)
+    assert not delta_io.file_within({"max.t": inside["max.t"]}, window)  # no lowest value
+    assert not delta_io.file_within(sentinel, window)
