@@ -112,7 +112,7 @@ def history_changes(
     fresh = events.dropDuplicates(event_id)
     if logged is not None:
         fresh = fresh.join(logged.select(*event_id), on=event_id, how="left_anti")
-    fresh = _new_events(fresh, columns, stage, one_file)
+    fresh = new_events(fresh, columns, stage, one_file)
     every = logged.unionByName(fresh, allowMissingColumns=True) if logged is not None else fresh
     return _difference(_by_key_versions(every, columns), stored, columns), fresh
 
@@ -132,7 +132,7 @@ def later_changes(
     its key's first event (keeping its start), a delete after it where it was closed; the
     older versions stay as they are. The change set is then the same as a recomputation
     from the whole log would give."""
-    fresh = _new_events(events, columns, stage, one_file, deduplicate=True)
+    fresh = new_events(events, columns, stage, one_file, deduplicate=True)
     every = _carried(latest, columns).unionByName(fresh, allowMissingColumns=True)
     return _difference(_by_key_versions(every, columns), latest, columns), fresh
 
@@ -170,11 +170,11 @@ def _carried(latest: DataFrame, columns: HistoryColumns) -> DataFrame:
     return as_events.unionByName(deletes, allowMissingColumns=True)
 
 
-def _new_events(
+def new_events(
     fresh: DataFrame,
     columns: HistoryColumns,
-    stage: Stage,
-    one_file: bool,
+    stage: Stage = lambda rows, _name: rows,
+    one_file: bool = False,
     deduplicate: bool = False,
 ) -> DataFrame:
     """The events new to the log, in key order (one partition when ``one_file``, else

@@ -152,6 +152,7 @@ def _record_beside_target(
         extracted.staged_deletes,
         sequence,
         extracted.deletes_renewed,
+        extracted.beside,
     )
     return None
 

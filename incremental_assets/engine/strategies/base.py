@@ -86,8 +86,10 @@ class Staged:
     # A function makes it once ``beside`` is recorded (it reads what was recorded).
     increment: DataFrame | Callable[[], DataFrame] | None = None
     counters: tuple[Column, ...] = ()
-    # What a run that writes once records beside the target before its commit
-    # (``Strategy.once_beside``; a history table: its new change-log events).
+    # What a run records beside the target before its commit, not staged: a run that
+    # writes once, what ``Strategy.once_beside`` finds (a history table: its new
+    # change-log events); a history table's later run whose few events all follow its
+    # log, its new events (``record_beside_target``).
     beside: DataFrame | None = None
     # History tables whose run found every event logged: the events among them that a run
     # appended to the log for a target commit that never happened (ChangeLog.uncommitted).
@@ -427,11 +429,13 @@ class Strategy:
         staged_deletes: int | None = None,
         sequence: int = 0,
         renewed: int | None = None,
+        beside: DataFrame | None = None,
     ) -> None:
         """Side tables written before the target's commit (tombstones, a change log);
         ``staged_deletes``: the deletes the increment's write counted (None: not counted);
         ``sequence``: the target's commit sequence the run commits at; ``renewed``: the
-        staged deletes of keys with a tombstone already (None: not counted)."""
+        staged deletes of keys with a tombstone already (None: not counted); ``beside``:
+        rows to record that were not staged (``Staged.beside``)."""
 
     def record_once_beside_target(
         self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0

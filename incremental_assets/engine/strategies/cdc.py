@@ -152,6 +152,7 @@ class Cdc(Strategy):
         staged_deletes: int | None = None,
         sequence: int = 0,
         renewed: int | None = None,
+        beside: DataFrame | None = None,
     ) -> None:
         """Hard deletes: their tombstones (none to write, and no job to find it, when the
         increment's write counted no delete)."""

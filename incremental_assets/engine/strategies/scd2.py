@@ -6,9 +6,10 @@ longer has them."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType
 
@@ -211,10 +212,24 @@ class Scd2(Strategy):
 
         extracted = int(counts.get("rows") or 0)
         one_file = extracted <= ONE_PARTITION_EVENTS
+        # Few events that all follow the log: their new ones are not staged but counted as
+        # the increment is written (``counted_new``), and the log's append sorts them
+        # from the staged events once more (one partition: no sampling either time).
+        counted_new: Observation | None = None
+        unstaged: DataFrame | None = None
         if after_log:
             assert stored is not None
             latest = history.latest_versions(stored, columns)
-            increment, _ = history.later_changes(events, latest, columns, stage, one_file)
+            keep = stage
+            if one_file:
+                counted_new = Observation(f"new_changes_{uuid.uuid4().hex}")
+                observation = counted_new
+
+                def keep(rows: DataFrame, _name: str) -> DataFrame:
+                    return rows.observe(observation, F.count(F.lit(1)).alias("rows"))
+
+                unstaged = history.new_events(events, columns, one_file=True, deduplicate=True)
+            increment, _ = history.later_changes(events, latest, columns, keep, one_file)
         else:
             increment, _ = history.history_changes(
                 events, logged, stored, columns, stage=stage, one_file=one_file
@@ -226,6 +241,19 @@ class Scd2(Strategy):
             increment = by_key(increment, spec.keys, creates_table=True)
         ordered = _key_ordered(spec, increment)
         key, counters = self._counters(ordered, merged=not self.writes_once(state))
+        if counted_new is not None:
+            # An existing table's (``after_log``): its increment is staged below.
+            assert not self.writes_once(state)
+            written = write_counted(ordered, f"{stage_root}/increment", *counters)
+            fresh = int(counted_new.get.get("rows") or 0)
+            return Staged(
+                counts,
+                new_columns,
+                written=written,
+                logged_rows=fresh,
+                partition_key=key,
+                beside=unstaged if fresh else None,
+            )
         # new_changes is staged by history_changes; a run with none appends nothing.
         fresh = written_rows.get("new_changes", 0)
         logged_path = f"{stage_root}/new_changes" if fresh else None
@@ -359,11 +387,15 @@ class Scd2(Strategy):
         staged_deletes: int | None = None,
         sequence: int = 0,
         renewed: int | None = None,
+        beside: DataFrame | None = None,
     ) -> None:
-        """The run's changes new to the change log, appended for the commit at
-        ``sequence`` (a later run that finds them there uncommitted says so: Staged.recovered)."""
+        """The run's changes new to the change log (staged at ``logged_path``, else not
+        staged: ``beside``), appended for the commit at ``sequence`` (a later run that
+        finds them there uncommitted says so: Staged.recovered)."""
         if logged_path:
             ChangeLog(target).append(staging.read(spark, logged_path), sequence)
+        elif beside is not None:
+            ChangeLog(target).append(beside, sequence)
 
     def record_once_beside_target(
         self, spark: SparkSession, target: DeltaTarget, rows: DataFrame, sequence: int = 0

@@ -380,14 +380,19 @@ def test_a_run_whose_events_all_follow_the_log_continues_the_newest_versions_unr
 
     second = load(spark, spec, target, 2, hook=look)
 
-    assert staged == [["events", "increment", "new_changes"]]  # no "log"
+    # No "log"; the new events, few, are not staged but counted as the increment is.
+    assert staged == [["events", "increment"]]
     assert second.changes == {"open": 5, "close": 4, "update": 2, "remove": 0}
     assert (second.rows_extracted, second.rows_unchanged) == (10, 1)
     assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference(day1 + day2)
     assert checks.rows_reconciled(spec, second).passed
     assert differences(spark, spec, target) == (0, 0)
-    logged = DeltaTable(f"{target.path}__changes").to_pyarrow_table(columns=["lsn"])
-    assert sorted(logged.column("lsn").to_pylist()) == list(range(1, 21))
+    log = DeltaTable(f"{target.path}__changes")
+    logged = log.to_pyarrow_table(columns=["lsn"])
+    assert sorted(logged.column("lsn").to_pylist()) == list(range(1, 21))  # each once
+    appended = log.to_pyarrow_table(columns=["id", "lsn"], filters=[("lsn", ">", 11)])
+    assert [row["id"] for row in appended.to_pylist()] == [1, 2, 3, 4, 5, 5, 6, 7, 8]
+    assert len(log.get_add_actions()) == 2  # day 1's append, and one file of day 2's
 
 
 def test_a_run_after_another_commit_on_the_log_reads_the_logged_events(spark, folder, tmp_path):
