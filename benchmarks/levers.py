@@ -26,7 +26,12 @@ Variants (``--variants``, default all):
 - ``dv: no repartition``: ``spark.databricks.delta.merge.repartitionBeforeWrite.enabled``
   off (Delta's merge shuffles its output before writing by default);
 - ``dv: materialized source``: ``spark.databricks.delta.merge.materializeSource`` back to
-  Delta's default ``auto`` (the engine sets ``none``: its source is staged Parquet).
+  Delta's default ``auto`` (the engine sets ``none``: its source is staged Parquet);
+- ``plain: optimized writes``, ``plain: no repartition``, ``plain: materialized source``:
+  the same three Delta settings on the default target, without deletion vectors;
+- ``plain: liquid clustered``: the copy given Delta's liquid clustering by the first key
+  (``ALTER TABLE ... CLUSTER BY``, then ``OPTIMIZE ... FULL``) instead of the first
+  write's key-ordered files.
 
     .venv/bin/python benchmarks/levers.py --cases upsert,cdc_hard --sizes 5000000
 """
@@ -77,6 +82,19 @@ VARIANTS = {
         "dv": True,
         "conf": {"spark.databricks.delta.merge.materializeSource": "auto"},
     },
+    "plain: optimized writes": {
+        "dv": False,
+        "conf": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
+    },
+    "plain: no repartition": {
+        "dv": False,
+        "conf": {"spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false"},
+    },
+    "plain: materialized source": {
+        "dv": False,
+        "conf": {"spark.databricks.delta.merge.materializeSource": "auto"},
+    },
+    "plain: liquid clustered": {"dv": False, "liquid": True},
 }
 
 
@@ -105,8 +123,11 @@ class RangeJobTarget(DeltaTarget):
         return super().commit(*args, **{**kwargs, "staged_keys": None})
 
 
-def layout_of(settings: dict, rows: int) -> int | None:
-    """Rows per file of the variant's target, when it rewrites the first write's files."""
+def layout_of(settings: dict, rows: int) -> int | str | None:
+    """Rows per file of the variant's target, when it rewrites the first write's files
+    ("liquid": clustered by Delta instead)."""
+    if settings.get("liquid"):
+        return "liquid"
     if "files" in settings:
         return -(-rows // settings["files"])
     return settings.get("file_rows")
@@ -124,6 +145,12 @@ def rewrite_in_files(spark, path: str, rows_per_file: int, key: str) -> None:
         .option("maxRecordsPerFile", rows_per_file)
         .save(path)
     )
+
+
+def cluster_by_key(spark, path: str, key: str) -> None:
+    """The table given liquid clustering by ``key``, its files clustered by it."""
+    spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({key})")
+    spark.sql(f"OPTIMIZE delta.`{path}` FULL")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +217,11 @@ def measure_case(bench: Bench, case, rows: int, variants: list[str], args) -> li
         if layout and layout not in layouts:
             path = str(root / f"layout_{layout}")
             copy_table(base, path)
-            rewrite_in_files(spark, path, layout, case.spec(source, path).keys[0])
+            key = case.spec(source, path).keys[0]
+            if layout == "liquid":
+                cluster_by_key(spark, path, key)
+            else:
+                rewrite_in_files(spark, path, layout, key)
             layouts[layout] = path
     increment = case.scenario.increment(rows, args.increment, seed=rows)
     case.scenario.apply(source, increment)
