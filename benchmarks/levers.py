@@ -31,7 +31,8 @@ Variants (``--variants``, default all):
   the same three Delta settings on the default target, without deletion vectors;
 - ``plain: liquid clustered``: the copy given Delta's liquid clustering by the first key
   (``ALTER TABLE ... CLUSTER BY``, then ``OPTIMIZE ... FULL``) instead of the first
-  write's key-ordered files.
+  write's key-ordered files; ``plain: liquid clustered in bounded files``: the same, its
+  files bounded as ``maintain`` bounds a compaction's (about ``ROWS_PER_FILE`` rows).
 
     .venv/bin/python benchmarks/levers.py --cases upsert,cdc_hard --sizes 5000000
 """
@@ -58,6 +59,8 @@ from incremental_vs_full import (
 
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake.commits import session_settings
+from incremental_assets.engine.delta_lake.maintenance import target_file_bytes
 
 VARIANTS = {
     "plain": {"dv": False},
@@ -95,6 +98,7 @@ VARIANTS = {
         "conf": {"spark.databricks.delta.merge.materializeSource": "auto"},
     },
     "plain: liquid clustered": {"dv": False, "liquid": True},
+    "plain: liquid clustered in bounded files": {"dv": False, "liquid": True, "bounded": True},
 }
 
 
@@ -127,7 +131,7 @@ def layout_of(settings: dict, rows: int) -> int | str | None:
     """Rows per file of the variant's target, when it rewrites the first write's files
     ("liquid": clustered by Delta instead)."""
     if settings.get("liquid"):
-        return "liquid"
+        return "liquid_bounded" if settings.get("bounded") else "liquid"
     if "files" in settings:
         return -(-rows // settings["files"])
     return settings.get("file_rows")
@@ -147,10 +151,14 @@ def rewrite_in_files(spark, path: str, rows_per_file: int, key: str) -> None:
     )
 
 
-def cluster_by_key(spark, path: str, key: str) -> None:
-    """The table given liquid clustering by ``key``, its files clustered by it."""
+def cluster_by_key(spark, path: str, key: str, bounded: bool) -> None:
+    """The table given liquid clustering by ``key``, its files clustered by it (at most
+    ``maintain``'s compaction size when ``bounded``, else Delta's default)."""
     spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({key})")
-    spark.sql(f"OPTIMIZE delta.`{path}` FULL")
+    size = target_file_bytes(DeltaTarget("levers", path).open()) if bounded else None
+    conf = {"spark.databricks.delta.optimize.maxFileSize": str(size)} if size else {}
+    with session_settings(spark, conf):
+        spark.sql(f"OPTIMIZE delta.`{path}` FULL")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,8 +226,8 @@ def measure_case(bench: Bench, case, rows: int, variants: list[str], args) -> li
             path = str(root / f"layout_{layout}")
             copy_table(base, path)
             key = case.spec(source, path).keys[0]
-            if layout == "liquid":
-                cluster_by_key(spark, path, key)
+            if isinstance(layout, str):
+                cluster_by_key(spark, path, key, bounded=layout.endswith("bounded"))
             else:
                 rewrite_in_files(spark, path, layout, key)
             layouts[layout] = path
