@@ -98,7 +98,8 @@ def history_changes(
 
     ``stage(rows, name)`` materializes an intermediate result that later steps read more
     than once ("new_changes": the new events, in key order, as the log keeps them) and
-    returns it read back. The touched keys' recomputed history is read once, by the
+    returns it read back (or, where the caller derives them again for the log's append,
+    only counts them as they pass). The touched keys' recomputed history is read once, by the
     comparison with ``stored`` (one full join on each version's identity).
 
     A first load with no log to compare with has ``first_events`` and
@@ -178,7 +179,8 @@ def new_events(
     deduplicate: bool = False,
 ) -> DataFrame:
     """The events new to the log, in key order (one partition when ``one_file``, else
-    ranges of the keys), staged as "new_changes": the log's append reads them. With
+    ranges of the keys), as the log's append writes them; ``stage`` stages them as
+    "new_changes" where the append reads them back. With
     ``deduplicate``, each event once, deduplicated within those partitions (each holds
     all of a key's events: no shuffle of its own)."""
     key_columns = [F.col(quote(k)) for k in columns.keys]

@@ -91,7 +91,7 @@ class Extract:
     # (``written``). Until then the counts of the increment's write are empty (0).
     increment: DataFrame | Callable[[], DataFrame] | None = None
     counters: tuple[Column, ...] = ()
-    # What the run records beside the target, not staged (``Staged.beside``).
+    # What the run records beside the target, as rows rather than a path (``Staged.beside``).
     beside: DataFrame | None = None
     # History tables: logged events of a target commit that never happened (Staged).
     events_recovered: int = 0

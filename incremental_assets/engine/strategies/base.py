@@ -86,10 +86,11 @@ class Staged:
     # A function makes it once ``beside`` is recorded (it reads what was recorded).
     increment: DataFrame | Callable[[], DataFrame] | None = None
     counters: tuple[Column, ...] = ()
-    # What a run records beside the target before its commit, not staged: a run that
-    # writes once, what ``Strategy.once_beside`` finds (a history table: its new
-    # change-log events); a history table's later run whose few events all follow its
-    # log, its new events (``record_beside_target``).
+    # What a run records beside the target before its commit, as rows to read rather
+    # than a staged path: a run that writes once, what ``Strategy.once_beside`` finds (a
+    # history table: its new change-log events, from the window or read back from
+    # staging); a history table's later run whose few events all follow its log, its
+    # new events, derived from its staged events (``record_beside_target``).
     beside: DataFrame | None = None
     # History tables whose run found every event logged: the events among them that a run
     # appended to the log for a target commit that never happened (ChangeLog.uncommitted).

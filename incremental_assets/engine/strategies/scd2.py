@@ -123,10 +123,12 @@ class Scd2(Strategy):
     ) -> Staged:
         """Stage a history table's run in two steps: the window's change events, then,
         from them, the versions to write (``increment``) and the events new to the change
-        log (``new_changes``). A first load (``_first_of_all``) stages nothing: its
-        events are counted in the pass that finds the key ranges, read once, by the log's
-        append, and its versions are written once, as the table, from the log
-        (``_first_load``)."""
+        log (``new_changes``; not staged when they are few and all follow the log: then
+        counted as the increment is written, and the log's append derives them from the
+        staged events once more, ``Staged.beside``). A first load (``_first_of_all``)
+        stages nothing: its events are counted in the pass that finds the key ranges,
+        read once, by the log's append, and its versions are written once, as the table,
+        from the log (``_first_load``)."""
         spec = self.spec
         scd2 = self.options
         if self.changes.reads_whole_source:
@@ -222,11 +224,10 @@ class Scd2(Strategy):
             latest = history.latest_versions(stored, columns)
             keep = stage
             if one_file:
-                counted_new = Observation(f"new_changes_{uuid.uuid4().hex}")
-                observation = counted_new
+                new_count = counted_new = Observation(f"new_changes_{uuid.uuid4().hex}")
 
                 def keep(rows: DataFrame, _name: str) -> DataFrame:
-                    return rows.observe(observation, F.count(F.lit(1)).alias("rows"))
+                    return rows.observe(new_count, F.count(F.lit(1)).alias("rows"))
 
                 unstaged = history.new_events(events, columns, one_file=True, deduplicate=True)
             increment, _ = history.later_changes(events, latest, columns, keep, one_file)
@@ -245,16 +246,25 @@ class Scd2(Strategy):
             # An existing table's (``after_log``): its increment is staged below.
             assert not self.writes_once(state)
             written = write_counted(ordered, f"{stage_root}/increment", *counters)
-            fresh = int(counted_new.get.get("rows") or 0)
+            # Always counted: a count that came back missing fails the run here (it would
+            # otherwise skip the log's append), never as 0. The run has events, so at
+            # least one is new.
+            found = counted_new.get
+            if "rows" not in found:
+                raise RuntimeError(
+                    f"{spec.name}: Spark returned no count of the run's new change-log "
+                    "events; nothing was committed. Run the load again."
+                )
             return Staged(
                 counts,
                 new_columns,
                 written=written,
-                logged_rows=fresh,
+                logged_rows=int(found["rows"]),
                 partition_key=key,
-                beside=unstaged if fresh else None,
+                beside=unstaged,
             )
-        # new_changes is staged by history_changes; a run with none appends nothing.
+        # new_changes is staged (history_changes, later_changes); a run with none appends
+        # nothing.
         fresh = written_rows.get("new_changes", 0)
         logged_path = f"{stage_root}/new_changes" if fresh else None
         # Events a run logged and died before committing (whether or not this run has new

@@ -395,6 +395,45 @@ def test_a_run_whose_events_all_follow_the_log_continues_the_newest_versions_unr
     assert len(log.get_add_actions()) == 2  # day 1's append, and one file of day 2's
 
 
+def test_a_run_whose_new_events_count_comes_back_missing_fails_and_logs_nothing(
+    spark, folder, tmp_path, monkeypatch
+):
+    # The new events of a run that follows its log are counted as its increment is
+    # written, not staged. Should Spark return no count, the run fails before the log's
+    # append and the commit: it neither commits versions without their events nor
+    # appends events without their versions.
+    from pyspark.sql import Observation
+
+    from incremental_assets.engine.strategies import scd2
+
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 2))))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    before = rows(target, "id", "name", "lsn", *VERSION[2:])
+    log = DeltaTable(f"{target.path}__changes")
+    logged_version = log.version()
+    folder.drop(feed((1, "a2", "U", 3, at(2, 1))))
+
+    class Lost(Observation):
+        @property
+        def get(self):
+            assert super().get["rows"] == 1  # the write did count
+            return {}
+
+    monkeypatch.setattr(scd2, "Observation", Lost)
+    with pytest.raises(RuntimeError, match="no count of the run's new change-log events"):
+        load(spark, spec, target, 2)
+
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == before
+    assert DeltaTable(f"{target.path}__changes").version() == logged_version
+    monkeypatch.undo()
+    load(spark, spec, target, 2)
+    assert rows(target, "id", "name", "lsn", *VERSION[2:]) == scd2_reference(
+        [(1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 2)), (1, "a2", "U", 3, at(2, 1))]
+    )
+
+
 def test_a_run_after_another_commit_on_the_log_reads_the_logged_events(spark, folder, tmp_path):
     # A commit on top of the log that is not the loader's append (here a property set by
     # hand) leaves unknown whether the table holds every logged event: the run reads them.
