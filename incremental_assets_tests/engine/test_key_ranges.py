@@ -256,6 +256,47 @@ def test_a_created_tables_ranges_come_from_the_statistics_when_they_describe_its
     assert max(sketched_sizes) <= 200 and len(sketched_sizes) == 8
 
 
+@pytest.mark.parametrize(
+    "deleted, sketched",
+    [("order_id = 7", False), ("order_id % 4 = 0", True)],
+    ids=["one row deleted", "a quarter deleted"],
+)
+def test_a_first_load_from_a_source_with_deletion_vectors_is_sketched_when_it_keeps_less(
+    spark, tmp_path, monkeypatch, deleted, sketched
+):
+    # The log's row counts still hold the rows deletion vectors delete. With one row
+    # deleted the window keeps above 90% of them: the files' statistics give the bounds.
+    # With a quarter deleted it keeps less, and the keys are sketched in a pass of their
+    # own. Either way only the live rows load.
+    source = str(tmp_path / "source")
+    for quarter in range(4):
+        keys = range(quarter * 1_000 + 1, quarter * 1_000 + 1_001)
+        write_deltalake(
+            source, order_rows([(k, "placed", 1.0, at(1, quarter)) for k in keys]), mode="append"
+        )
+    spark.sql(
+        f"ALTER TABLE delta.`{source}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)"
+    )
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE {deleted}")
+    assert "deletionVectors" in (DeltaTable(source).protocol().reader_features or [])
+    live = {r["order_id"] for r in spark.read.format("delta").load(source).collect()}
+    target = DeltaTarget("orders", str(tmp_path / "orders"))
+    sketches = []
+    sketch = key_ranges.F.percentile_approx
+
+    def counted_sketch(*args, **kwargs):
+        sketches.append(args)
+        return sketch(*args, **kwargs)
+
+    monkeypatch.setattr(key_ranges.F, "percentile_approx", counted_sketch)
+    with session_settings(spark, SPREAD):
+        load(spark, make_spec(source), target, 1)
+
+    assert bool(sketches) == sketched
+    assert [r[0] for r in target_rows(target)] == sorted(live)
+    assert_disjoint(file_ranges(target.path, "order_id"))
+
+
 def test_a_first_load_from_a_delta_source_ranges_its_files_by_the_logs_statistics(
     spark, tmp_path, monkeypatch
 ):

@@ -203,19 +203,19 @@ class DeltaSource(Source):
 
     def key_files(self, column: str, raw_parts: list[Part] | None) -> FileKeys | None:
         """From the log's statistics of the files a read of ``raw_parts`` opens, where
-        they count the rows read (a table read by its path, with no deletion vectors,
-        each file wholly inside the window by its statistics) for a number kept by its
-        own name (not under column mapping): None when one of those does not hold, or a
-        file has no row count or no finite lowest or highest value (no statistics, only
-        nulls). A window that keeps fewer rows still (a feed's rows its strategy drops)
-        is caught by the caller's own count (``key_ranges.STATED_SHARE``)."""
+        they bound the rows read (a table read by its path, each file wholly inside the
+        window by its statistics) for a number kept by its own name (not under column
+        mapping): None when one of those does not hold, or a file has no row count or no
+        finite lowest or highest value (no statistics, only nulls). A window that keeps
+        fewer rows than they count (a feed's rows its strategy drops; under deletion
+        vectors, whose deleted rows the counts still hold) is caught by the caller's own
+        count (``key_ranges.STATED_SHARE``): the keys are then sketched."""
         field = next((f for f in self._schema.fields if f.name == column), None)
         low, high = f"min.{column}", f"max.{column}"
         if (
             field is None
             or not isinstance(field.dataType, NumericType)
             or self._column_mapping
-            or self._deletion_vectors
             or self.spec.table is not None
             or low not in self._files.column_names
         ):

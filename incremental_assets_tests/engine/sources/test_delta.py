@@ -437,13 +437,20 @@ def test_a_column_mapped_source_states_no_keys(spark, tmp_path):
     )
 
 
-def test_a_source_with_deletion_vectors_states_no_keys(spark, tmp_path):
-    # Its files' row counts include the rows the vectors delete.
+def test_a_source_with_deletion_vectors_states_its_files_rows_deleted_ones_included(
+    spark, tmp_path
+):
+    # Its files' row counts include the rows the vectors delete (the caller's own count
+    # of the window tells whether they still describe it); their bounds still bound the
+    # live rows.
     source = str(tmp_path / "source")
     rows = spark.createDataFrame([(n, "x") for n in range(10)], "order_id long, status string")
-    rows.write.format("delta").option("delta.enableDeletionVectors", "true").save(source)
+    rows.coalesce(1).write.format("delta").option("delta.enableDeletionVectors", "true").save(
+        source
+    )
     spark.sql(f"DELETE FROM delta.`{source}` WHERE order_id < 3")
     opened = DeltaSource.open(spark, "o", make_spec(source).source, {})
 
     assert opened.reads_deletion_vectors
-    assert opened.key_files("order_id", None) is None
+    stated = opened.key_files("order_id", None)
+    assert stated is not None and stated.files == ((0.0, 9.0, 10),)
