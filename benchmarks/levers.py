@@ -62,6 +62,13 @@ from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.commits import session_settings
 from incremental_assets.engine.delta_lake.maintenance import target_file_bytes
 
+# Delta's merge settings tried on either target (``dv: ...``, ``plain: ...``).
+DELTA_SETTINGS = {
+    "optimized writes": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
+    "no repartition": {"spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false"},
+    "materialized source": {"spark.databricks.delta.merge.materializeSource": "auto"},
+}
+
 VARIANTS = {
     "plain": {"dv": False},
     "dv": {"dv": True},
@@ -69,33 +76,14 @@ VARIANTS = {
     "plain: two passes": {"dv": False, "two_pass": True},
     "plain: one pass": {"dv": False, "one_pass": True},
     "plain: key range by a job": {"dv": False, "range_job": True},
-    "dv: optimized writes": {
-        "dv": True,
-        "conf": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
-    },
     "plain: 8 files": {"dv": False, "files": 8},
     "plain: files of 250k rows": {"dv": False, "file_rows": 250_000},
     "dv: 8 files": {"dv": True, "files": 8},
     "dv: files of 250k rows": {"dv": True, "file_rows": 250_000},
-    "dv: no repartition": {
-        "dv": True,
-        "conf": {"spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false"},
-    },
-    "dv: materialized source": {
-        "dv": True,
-        "conf": {"spark.databricks.delta.merge.materializeSource": "auto"},
-    },
-    "plain: optimized writes": {
-        "dv": False,
-        "conf": {"spark.databricks.delta.optimizeWrite.enabled": "true"},
-    },
-    "plain: no repartition": {
-        "dv": False,
-        "conf": {"spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false"},
-    },
-    "plain: materialized source": {
-        "dv": False,
-        "conf": {"spark.databricks.delta.merge.materializeSource": "auto"},
+    **{
+        f"{'dv' if dv else 'plain'}: {name}": {"dv": dv, "conf": conf}
+        for dv in (True, False)
+        for name, conf in DELTA_SETTINGS.items()
     },
     "plain: liquid clustered": {"dv": False, "liquid": True},
     "plain: liquid clustered in bounded files": {"dv": False, "liquid": True, "bounded": True},

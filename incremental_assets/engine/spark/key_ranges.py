@@ -19,9 +19,10 @@ Where a source's file statistics state each file's lowest and highest key and it
 (a Delta log: ``FileKeys``), the bounds come from them, each file's rows taken as spread
 evenly over its keys, and the pass counts the rows without the sketch (at 5M rows the
 sketch was about 0.5 s of that pass, at 20M about 1.2 s). The source gives them only
-where they count the rows read (``Source.key_files``); the pass's count checks it: when
-the window still keeps less than ``STATED_SHARE`` of the rows they count (a feed's rows
-its strategy drops), the sketch runs after all, in a pass of its own.
+where they bound the rows read (``Source.key_files``); the pass's count checks that they
+count them: when the window keeps less than ``STATED_SHARE`` of the rows they count (a
+feed's rows its strategy drops, rows deletion vectors delete), the sketch runs after all,
+in a pass of its own.
 """
 
 from __future__ import annotations
