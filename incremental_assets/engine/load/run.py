@@ -14,6 +14,7 @@ from contextlib import ExitStack, nullcontext
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine import late_files, staging
+from incremental_assets.engine.delta_lake.preload import snapshot_preloaded
 from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.disk_full import naming_full_disks
 from incremental_assets.engine.faults import crash_point
@@ -115,7 +116,11 @@ def _run_load(
         staging.run_folder(spark, staging_root) as stage_root,
         staging.vanished_as(stage_root, target.concurrent_error),
     ):
-        with phase("extract"), naming_source_files(spec.name, source_path):
+        with (
+            phase("extract"),
+            naming_source_files(spec.name, source_path),
+            snapshot_preloaded(spark, target.sql_table, state.exists),
+        ):
             extracted = extract(
                 spark, strategy, source, window, state, target, stage_root, request.run_id
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -529,6 +530,51 @@ def test_a_repeated_small_run_reuses_the_classes_spark_generated_for_the_last_on
     # between runs (20 each here; 49 to 63 with Spark's default cache).
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"
     assert max(compiled[2:]) <= 30, compiled
+
+
+def _jobs_described(spark, first: int) -> list[tuple[int, str]]:
+    """The Spark jobs from id ``first`` on, with their descriptions, from the driver's
+    status store (the suite's session has no UI to ask)."""
+    found = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    jobs = [found.apply(i) for i in range(found.size())]
+    described = [(j.jobId(), _text(j.description())) for j in jobs]
+    return sorted((i, d) for i, d in described if i >= first)
+
+
+def _text(option) -> str:
+    return option.get() if option.isDefined() else ""
+
+
+@pytest.mark.classic_only("Spark's job list is read from the driver's JVM")
+def test_a_merge_finds_the_target_snapshot_loaded_while_the_run_extracted(
+    spark, orders_source, target
+):
+    # The MERGE's first step is loading the target's snapshot (Delta's "Compute snapshot
+    # for version" jobs). A run into an existing table loads it in a thread while it
+    # extracts (engine/delta_lake/preload.py), so its commit computes none.
+    spec = make_spec(orders_source.path)
+    orders_source.upsert([(n, "placed", 1.0, at(1, n)) for n in range(1, 6)])
+    load(spark, spec, target, 1)
+    orders_source.upsert([(1, "paid", 2.0, at(2, 1)), (9, "placed", 1.0, at(2, 2))])
+    # As in a new process: no snapshot of the table in Delta's cache.
+    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    tracker = spark.sparkContext.statusTracker()
+    first = max([*tracker.getJobIdsForGroup(None), -1]) + 1
+    at_phase: dict[str, int] = {}
+
+    def mark(phase: str) -> None:
+        at_phase[phase] = max(i for i, _ in _jobs_described(spark, 0))
+
+    second = load(spark, spec, target, 2, hook=mark)
+
+    assert (second.rows_inserted, second.rows_updated) == (1, 1)
+    assert sorted(target_rows(target))[0][:2] == (1, "paid")
+    jobs = _jobs_described(spark, first)
+    loading = [i for i, d in jobs if "Compute snapshot" in d]
+    in_commit = [i for i in loading if at_phase["staged"] < i <= at_phase["committed"]]
+    assert loading and loading[-1] <= at_phase["staged"], jobs
+    assert in_commit == [], jobs
+    assert not [t for t in threading.enumerate() if t.name == "ia-snapshot-preload"]
 
 
 @pytest.mark.parametrize("spanned_below", [store.SPANNED_BELOW, 0])
