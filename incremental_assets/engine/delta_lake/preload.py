@@ -12,8 +12,12 @@ nothing.
 
 The thread is joined before the run commits, so none of its Spark work overlaps the
 commit (whose session settings make the MERGE an idempotent write), and it ends with
-the run whether the extract succeeds or fails. A preload that fails is logged and
-otherwise ignored: the MERGE loads the snapshot itself and reports what is wrong.
+the run whether the extract succeeds or fails (a failed or interrupted extract waits for
+at most that one load). It shares the run's session (through Spark Connect too: it sets
+nothing, so the per-thread sessions of engine/spark/remote.py are not needed). A quality
+rule's time limit that finds the preload running interrupts it, and cancels the rule's
+job a second later. A preload that fails is logged and otherwise ignored: the MERGE
+loads the snapshot itself and reports what is wrong.
 
 Example:
     >>> with snapshot_preloaded(spark, target, exists=True):  # doctest: +SKIP
@@ -53,5 +57,5 @@ def snapshot_preloaded(spark: SparkSession, table: str, exists: bool) -> Iterato
 def _load(spark: SparkSession, table: str) -> None:
     try:
         spark.sql(f"DESCRIBE DETAIL {table}").collect()
-    except Exception as exc:  # the MERGE loads it again and reports what is wrong
-        log.debug("preloading the snapshot of %s failed: %s", table, exc)
+    except Exception:  # the MERGE loads it again and reports what is wrong
+        log.info("preloading the Delta snapshot of %s failed", table, exc_info=True)

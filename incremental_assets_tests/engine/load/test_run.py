@@ -534,8 +534,11 @@ def test_a_repeated_small_run_reuses_the_classes_spark_generated_for_the_last_on
 
 def _jobs_described(spark, first: int) -> list[tuple[int, str]]:
     """The Spark jobs from id ``first`` on, with their descriptions, from the driver's
-    status store (the suite's session has no UI to ask)."""
-    found = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    status store (the suite's session has no UI to ask), once the listener bus has
+    delivered every event so far (the store is filled from it)."""
+    context = spark.sparkContext._jsc.sc()
+    context.listenerBus().waitUntilEmpty()
+    found = context.statusStore().jobsList(None)
     jobs = [found.apply(i) for i in range(found.size())]
     described = [(j.jobId(), _text(j.description())) for j in jobs]
     return sorted((i, d) for i, d in described if i >= first)
@@ -551,15 +554,15 @@ def test_a_merge_finds_the_target_snapshot_loaded_while_the_run_extracted(
 ):
     # The MERGE's first step is loading the target's snapshot (Delta's "Compute snapshot
     # for version" jobs). A run into an existing table loads it in a thread while it
-    # extracts (engine/delta_lake/preload.py), so its commit computes none.
+    # extracts (engine/delta_lake/preload.py), so its commit computes none. (The
+    # extract computes the source's snapshot too: the jobs name a version, not a table.)
     spec = make_spec(orders_source.path)
     orders_source.upsert([(n, "placed", 1.0, at(1, n)) for n in range(1, 6)])
     load(spark, spec, target, 1)
     orders_source.upsert([(1, "paid", 2.0, at(2, 1)), (9, "placed", 1.0, at(2, 2))])
     # As in a new process: no snapshot of the table in Delta's cache.
     spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
-    tracker = spark.sparkContext.statusTracker()
-    first = max([*tracker.getJobIdsForGroup(None), -1]) + 1
+    first = max([i for i, _ in _jobs_described(spark, 0)], default=-1) + 1
     at_phase: dict[str, int] = {}
 
     def mark(phase: str) -> None:
