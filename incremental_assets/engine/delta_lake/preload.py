@@ -20,7 +20,7 @@ job a second later. A preload that fails is logged and otherwise ignored: the ME
 loads the snapshot itself and reports what is wrong.
 
 Example:
-    >>> with snapshot_preloaded(spark, target, exists=True):  # doctest: +SKIP
+    >>> with snapshot_preloaded(spark, target.sql_table, state.exists):  # doctest: +SKIP
     ...     extracted = extract(...)
 """
 

@@ -60,11 +60,10 @@ _URLS: dict[SparkSession, str] = {}
 # (its code cache is keyed by the session's class loader, SPARK-44795): a small run in a
 # new session compiled some 115 classes again and took 2.2 s longer (7.7 s against 5.4 s
 # a step). A thread has sessions of its own: the engine's commits set session settings
-# (Delta's idempotent-write pair) that two runs at once must not share (a run's own
-# helper thread that sets nothing and ends before its commit, engine/delta_lake/preload.py,
-# uses the run's session). Other settings
-# (another project's, the tests' own session) get a session of their own, so neither
-# changes the other's.
+# (Delta's idempotent-write pair) that two runs at once must not share. (A run's own
+# helper thread, which sets nothing and ends before its commit, uses the run's session:
+# engine/delta_lake/preload.py.) Other settings (another project's, the tests' own
+# session) get a session of their own, so neither changes the other's.
 _KEPT: dict[tuple[str, int, frozenset[tuple[str, str]]], SparkSession] = {}
 # The slot (a session id an earlier process may have used) each kept session was made in.
 _SLOTS: dict[tuple[str, int, frozenset[tuple[str, str]]], session_slots.Slot] = {}
