@@ -235,12 +235,18 @@ def _to_millisecond(moment: datetime) -> datetime:
 class KeySet:
     """The values of a table's first key column that a run touches: files whose statistics
     hold none of them are not read (``files_holding``). ``values`` are the sorted, distinct
-    values, or (``spans``) just the lowest and the highest, every value between them
-    counted as touched."""
+    values, or (``spans``) the lowest and the highest of one or more ranges, in order
+    (``low, high, low, high, ...``), every value inside a range counted as touched."""
 
     column: str
     values: Sequence[int | str | date]
     spans: bool = False
+
+    def ranges(self) -> list[tuple[Any, Any]]:
+        """The touched ranges, lowest first (one a value when not ``spans``)."""
+        if not self.spans:
+            return [(v, v) for v in self.values]
+        return list(zip(self.values[::2], self.values[1::2], strict=True))
 
 
 # Up to this many touched keys are listed one by one (in the pruning filter, ``IN (...)``);
@@ -347,6 +353,49 @@ def touched_keys(
     return KeySet(column, sorted(row[0] for row in found))
 
 
+def within_files(
+    rows: DataFrame, keys: KeySet, table: DeltaTable, rows_per_file: int, most_files: int = 64
+) -> KeySet:
+    """``keys``, one range of ``rows``' first key, narrowed to the key ranges of the
+    table's files that hold one of ``rows``' keys. A file the range covers that holds none
+    of them (the newest keys' files, between an increment's updates to recent keys and its
+    new keys above them all) is not read by the merge's search for the rows it matches
+    (Delta rewrites only the files holding one), and does not count towards the rows a
+    rewrite may hold (``key_order``). A key of ``rows`` outside every range left is in
+    no file's range, so no row of the table has it.
+
+    One Spark job over ``rows``' key, run only where it may spare more than a file's
+    rewrite: the range covers at least two files holding more than ``rows_per_file`` rows
+    in all (and at most ``most_files``, each with statistics of the key); otherwise
+    ``keys`` as they are."""
+    if not keys.spans or len(keys.values) != 2:
+        return keys
+    column = keys.column
+    files = files_holding(live_files(table), keys)
+    bounds = [(f.get(f"min.{column}"), f.get(f"max.{column}")) for f in files]
+    if (
+        not 2 <= len(files) <= most_files
+        or any(f"partition.{column}" in f for f in files)
+        or any(low is None or high is None for low, high in bounds)
+        or sum(int(f.get("num_records") or 0) for f in files) <= rows_per_file
+    ):
+        return keys
+    key = F.col(quote(column))
+    found = rows.agg(
+        *[
+            F.max(key.between(F.lit(low), F.lit(high)).cast("int")).alias(f"file_{i}")
+            for i, (low, high) in enumerate(bounds)
+        ]
+    ).first()
+    merged: list[list[Any]] = []
+    for low, high in sorted(b for b, hit in zip(bounds, found, strict=True) if hit):
+        if merged and low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    return KeySet(column, [v for pair in merged for v in pair], spans=True)
+
+
 def files_holding(actions: pa.Table, keys: KeySet) -> list[dict]:
     """The add actions that may hold one of ``keys``: those whose min/max statistics of the
     key column bracket one of the values. Files without usable statistics are kept.
@@ -364,6 +413,16 @@ def bytes_holding(table: DeltaTable, keys: KeySet | None) -> int:
     return sum(int(row["size_bytes"]) for row in files_holding(actions, keys))
 
 
+def rows_holding(table: DeltaTable, keys: KeySet | None) -> int | None:
+    """The rows of the live files that may hold one of ``keys`` (all of them for None),
+    from the log's statistics: what a merge of those keys rewrites at most. None when a
+    file's count is not recorded."""
+    actions = live_files(table)
+    files = actions.to_pylist() if keys is None else files_holding(actions, keys)
+    counts = [row.get("num_records") for row in files]
+    return None if None in counts else sum(int(c) for c in counts)
+
+
 def _brackets(row: dict, keys: KeySet) -> bool:
     column, values = keys.column, keys.values
     if f"partition.{column}" in row:
@@ -375,7 +434,7 @@ def _brackets(row: dict, keys: KeySet) -> bool:
         return False
     try:
         if keys.spans:
-            return low <= values[-1] and high >= values[0]
+            return any(low <= top and high >= bottom for bottom, top in keys.ranges())
         i = bisect_left(values, low)
         return i < len(values) and values[i] <= high
     except TypeError:
@@ -444,7 +503,9 @@ def may_hold_sql(keys: KeySet, listed: int = LISTED_KEYS, alias: str | None = No
         return "FALSE"
     if len(keys.values) <= listed and not keys.spans:
         return f"{column} IN ({', '.join(sql_literal(v) for v in keys.values)})"
-    return f"{column} BETWEEN {sql_literal(keys.values[0])} AND {sql_literal(keys.values[-1])}"
+    ranges = keys.ranges() if keys.spans else [(keys.values[0], keys.values[-1])]
+    between = [f"{column} BETWEEN {sql_literal(a)} AND {sql_literal(b)}" for a, b in ranges]
+    return between[0] if len(between) == 1 else f"({' OR '.join(between)})"
 
 
 def sql_literal(value: object) -> str:

@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from incremental_assets.engine import staging
 from incremental_assets.engine.changes import OP
-from incremental_assets.engine.delta_lake import catalog
+from incremental_assets.engine.delta_lake import catalog, key_order
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake.folders import describe, held, only_unlogged_writes
@@ -616,7 +616,8 @@ class DeltaTarget:
             add_new_columns,
             table=self.catalog_table,
         )
-        self._write(lambda: self._merge(spark, merge, record, transaction))
+        ordered = self._ordered_rewrite(state, holding, staged_rows)
+        self._write(lambda: self._merge(spark, merge, record, transaction, ordered))
         found = self._committed(record)
         result = _result(found["operation_metrics"], found["version"])
         if acted:
@@ -639,7 +640,8 @@ class DeltaTarget:
         """The staged rows' first-key values, whose files alone the merge reads: their range
         as the increment's write counted it (``staged_keys``) when the files it spans total
         at most ``SPANNED_BELOW`` bytes (no Spark job), else as ``delta_io.touched_keys``
-        finds them (listed when few)."""
+        finds them (listed when few), a range narrowed to the files that hold one of them
+        (``delta_io.within_files``)."""
         keys = plan.identity or plan.keys
         spanned = staged_keys.spanned() if staged_keys is not None else None
         if (
@@ -650,7 +652,10 @@ class DeltaTarget:
             and delta_io.bytes_holding(state.table, spanned) <= SPANNED_BELOW
         ):
             return spanned
-        return delta_io.touched_keys(staged, keys, at_most=staged_rows, counted=staged_keys)
+        found = delta_io.touched_keys(staged, keys, at_most=staged_rows, counted=staged_keys)
+        if found is None or state.table is None:
+            return found
+        return delta_io.within_files(staged, found, state.table, ROWS_PER_FILE)
 
     def merges_in_one_pass(
         self,
@@ -760,9 +765,27 @@ class DeltaTarget:
         return CommitResult(committed=False, version=state.version)
 
     @staticmethod
-    def _merge(spark: SparkSession, merge, record: dict, transaction: dict) -> None:
+    def _ordered_rewrite(
+        state: TargetState, holding: delta_io.KeySet | None, staged_rows: int
+    ) -> dict[str, str]:
+        """The session settings that keep the merge's rewrite in key order, in files of at
+        most ``ROWS_PER_FILE`` rows, when it is small (``key_order``)."""
+        if state.table is None:
+            return {}
+        held = delta_io.rows_holding(state.table, holding)
+        return key_order.ordered_rewrite(
+            None if held is None else held + staged_rows,
+            ROWS_PER_FILE,
+            partitioned=bool(state.table.metadata().partition_columns),
+        )
+
+    @staticmethod
+    def _merge(
+        spark: SparkSession, merge, record: dict, transaction: dict, settings: dict[str, str]
+    ) -> None:
         app, version = transaction["app_id"], transaction["version"]
-        with delta_commits.idempotent(spark, app, version, record, delta_commits.STAGED_SOURCE):
+        conf = {**delta_commits.STAGED_SOURCE, **settings}
+        with delta_commits.idempotent(spark, app, version, record, conf):
             merge()
 
     def record(self, spark: SparkSession, metadata: Mapping[str, Any]) -> CommitResult:

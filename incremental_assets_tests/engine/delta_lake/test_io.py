@@ -45,6 +45,40 @@ def test_only_files_whose_key_range_brackets_a_touched_key_are_kept(tmp_path):
     assert delta_io.may_hold_sql(spans) == "`k` BETWEEN 120 AND 205"
 
 
+def test_a_range_is_narrowed_to_the_files_that_hold_one_of_the_keys(spark, tmp_path):
+    # Files 1-100, 101-200, 201-300 and 301-400; keys 150, 160 and 350 (and 500, in no
+    # file): their range 150..500 covers the last three files, of which 201-300 holds none.
+    table = _table_of_files(tmp_path / "t", [list(range(a, a + 100)) for a in (1, 101, 201, 301)])
+    rows = spark.createDataFrame([(150,), (160,), (350,), (500,)], "k bigint")
+    spanned = KeySet("k", [150, 500], spans=True)
+
+    narrowed = delta_io.within_files(rows, spanned, table, rows_per_file=100)
+
+    assert narrowed == KeySet("k", [101, 200, 301, 400], spans=True)
+    assert _file_keys(delta_io.files_holding(delta_io.live_files(table), narrowed)) == [
+        (101, 200),
+        (301, 400),
+    ]
+    assert delta_io.may_hold_sql(narrowed, alias="t") == (
+        "(t.`k` BETWEEN 101 AND 200 OR t.`k` BETWEEN 301 AND 400)"
+    )
+    # Keys in no file: nothing to read. A range whose files hold a file's rows at most
+    # (or that covers one file) is left as it is: no Spark job for it.
+    assert delta_io.within_files(
+        rows.filter("k > 400"), spanned, table, rows_per_file=100
+    ) == KeySet("k", [], spans=True)
+    one_file = KeySet("k", [150, 160], spans=True)
+    kept, jobs = jobs_in(
+        spark,
+        "within_files",
+        lambda: (
+            delta_io.within_files(rows, spanned, table, rows_per_file=300),
+            delta_io.within_files(rows, one_file, table, rows_per_file=1),
+        ),
+    )
+    assert (kept, jobs) == ((spanned, one_file), 0)
+
+
 def test_string_keys_prune_by_statistics_even_when_truncated(tmp_path):
     long = "m" + "z" * 100  # delta-rs keeps 64 characters of it, its maximum rounded up
     table = _table_of_files(tmp_path / "t", [["a1", "a9"], ["m1", long], ["y1", "y9"]])

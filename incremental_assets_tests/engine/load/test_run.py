@@ -622,6 +622,95 @@ def test_a_small_table_merges_by_the_key_range_its_increment_counted(
     assert differences(spark, spec, target) == (0, 0)
 
 
+def test_a_merge_rewrites_its_few_rows_in_key_order_into_files_of_bounded_size(
+    spark, tmp_path, monkeypatch
+):
+    # Files of at most 400 rows: the first load writes 1-400, 401-800 and 801-1000. Delta
+    # writes a merge's rewrite in hash order over its tasks (adaptive execution's
+    # coalescing is turned off here, as a cluster's many cores would spread a rewrite of
+    # this size): two files, each spanning every key of the file they replace, which every
+    # later increment into that range would rewrite again. A rewrite of at most two files'
+    # worth of rows is written by one task in key order instead (key_order), a new file
+    # every 400 rows: the next increment rewrites only the file its keys fall in.
+    monkeypatch.setattr(store, "ROWS_PER_FILE", 400)
+    folder = ParquetFolder(tmp_path / "orders")
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    folder.drop(order_rows([(n, "placed", 1.0, at(1, 1)) for n in range(1, 1001)]))
+    load(spark, spec, target, 1)
+    assert _key_ranges(target) == [(1, 400, 400), (401, 800, 400), (801, 1000, 200)]
+    hash_ordered = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+    # 51 updates and 300 new keys: the file 801-1000 and the new rows, 500 in all.
+    folder.drop(order_rows([(n, "paid", 1.0, at(2, 1)) for n in range(900, 951)]))
+    folder.drop(order_rows([(n, "placed", 1.0, at(2, 2)) for n in range(1001, 1301)]))
+    with delta_commits.session_settings(spark, hash_ordered):
+        second = load(spark, spec, target, 2)
+    assert (second.rows_updated, second.rows_inserted) == (51, 300)
+    assert _key_ranges(target) == [
+        (1, 400, 400),
+        (401, 800, 400),
+        (801, 1200, 400),
+        (1201, 1300, 100),
+    ]
+
+    # Updates to 1250-1260 rewrite the 100 rows of the one file holding them.
+    folder.drop(order_rows([(n, "paid", 1.0, at(3, 1)) for n in range(1250, 1261)]))
+    with delta_commits.session_settings(spark, hash_ordered):
+        third = load(spark, spec, target, 3)
+    metrics = DeltaTable(target.path).history(1)[0]["operationMetrics"]
+    assert (third.rows_updated, int(metrics["numTargetFilesRemoved"])) == (11, 1)
+    assert int(metrics["numTargetRowsCopied"]) == 100 - 11
+    assert _key_ranges(target)[-1] == (1201, 1300, 100)
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def test_a_merge_reads_the_files_its_keys_fall_in_not_every_file_their_range_covers(
+    spark, tmp_path, monkeypatch
+):
+    # Files 1-1000, 1001-2000 and 2001-3000; an increment of 100 updates to 500-599 and
+    # 1,100 new keys above 3000: too many keys to list, so the merge was pruned by their
+    # range, 500-4100, and read all three files to find the rows it matches (it rewrites
+    # only the first). The range is narrowed to the files that hold one of its keys
+    # (delta_io.within_files): the merge reads the first alone.
+    monkeypatch.setattr(store, "ROWS_PER_FILE", 1000)
+    monkeypatch.setattr(store, "SPANNED_BELOW", 0)  # these files are a few kilobytes
+    pruned_by = []
+    may_hold_sql = merge_plan.may_hold_sql
+
+    def pruning(keys, *args, **kwargs):
+        pruned_by.append(keys)
+        return may_hold_sql(keys, *args, **kwargs)
+
+    monkeypatch.setattr(merge_plan, "may_hold_sql", pruning)
+    folder = ParquetFolder(tmp_path / "orders")
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    folder.drop(order_rows([(n, "placed", 1.0, at(1, 1)) for n in range(1, 3001)]))
+    load(spark, spec, target, 1)
+    folder.drop(order_rows([(n, "paid", 1.0, at(2, 1)) for n in range(500, 600)]))
+    folder.drop(order_rows([(n, "placed", 1.0, at(2, 2)) for n in range(3001, 4101)]))
+    before = delta_io.live_files(DeltaTable(target.path))
+
+    second = load(spark, spec, target, 2)
+
+    assert (second.rows_updated, second.rows_inserted) == (100, 1100)
+    assert pruned_by == [delta_io.KeySet("order_id", [1, 1000], spans=True)]
+    assert [f["min.order_id"] for f in delta_io.files_holding(before, pruned_by[0])] == [1]
+    metrics = DeltaTable(target.path).history(1)[0]["operationMetrics"]
+    assert (int(metrics["numTargetFilesRemoved"]), int(metrics["numTargetRowsCopied"])) == (
+        1,
+        900,
+    )
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def _key_ranges(target: DeltaTarget) -> list[tuple[int, int, int]]:
+    """Each live file's lowest and highest key and its rows, in key order."""
+    files = pa.table(DeltaTable(target.path).get_add_actions(flatten=True)).to_pylist()
+    return sorted((f["min.order_id"], f["max.order_id"], f["num_records"]) for f in files)
+
+
 @pytest.mark.parametrize("strategy", ["upsert", "append"])
 def test_a_run_that_creates_the_table_writes_its_rows_once_as_the_table(
     spark, tmp_path, strategy, monkeypatch
