@@ -378,6 +378,13 @@ def report(results: list[CaseResult], agings: list[Aging], big: Huge | None, arg
                 f"{a.case} ({a.variant}): " + " ".join(f"{x:.1f}" for x in a.run_seconds)
                 for a in agings
             ),
+            "",
+            "Repeated runs: thousands of rows each run wrote to the target "
+            + "; ".join(
+                f"{a.case} ({a.variant}): "
+                + " ".join(f"{x / 1000:.0f}" for x in a.run_rows_written)
+                for a in agings
+            ),
         ]
     if big is not None:
         nb = big.notebook

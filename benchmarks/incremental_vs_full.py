@@ -129,6 +129,7 @@ class Aging:
     runs: int
     maintain_every: int
     run_seconds: list[float]
+    run_rows_written: list[int]  # by each run, from its commits' metrics
     files: int
     files_compacted: int
     scan_s: float
@@ -492,14 +493,17 @@ def age(
             copy = DeltaTarget("orders", p.copies["deletion vectors"])
             targets.append((p, "deletion vectors", copy))
     seconds: dict[int, list[float]] = {i: [] for i in range(len(targets))}
+    rows_written: dict[int, list[int]] = {i: [] for i in range(len(targets))}
     maintenance = [0.0] * len(targets)
     for n in range(1, args.aging_runs + 1):
         increment = scenario.increment(rows, args.increment, seed=rows, round_=n)
         scenario.apply(source, increment)
         for i, (p, _, target) in enumerate(targets):
             spec = p.case.spec(source, target.path)
+            before = version_of(target.path)
             run = bench.load("aging", spec, target, increment_request(increment, f"a{n}"), stage)
             seconds[i].append(run.seconds)
+            rows_written[i].append(written(target.path, before)[0])
             if n % args.maintain_every == 0 and n < args.aging_runs:
                 m, _ = bench.measured("maintenance", [], lambda t=target: maintain(spark, t))
                 maintenance[i] += m.seconds
@@ -518,6 +522,7 @@ def age(
                 runs=args.aging_runs,
                 maintain_every=args.maintain_every,
                 run_seconds=seconds[i],
+                run_rows_written=rows_written[i],
                 files=len(target.open().file_uris()),
                 files_compacted=len(DeltaTarget("orders", compact).open().file_uris()),
                 scan_s=scan,
