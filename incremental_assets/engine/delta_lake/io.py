@@ -38,6 +38,7 @@ from pyspark.sql.types import (
 )
 
 from incremental_assets.engine.predicates import Part, Range
+from incremental_assets.engine.spark.aggregates import aggregated
 from incremental_assets.engine.spark.local_rows import no_rows
 from incremental_assets.engine.transforms import quote
 from incremental_assets.engine.watermarks import from_transaction_version, to_utc
@@ -353,46 +354,48 @@ def touched_keys(
     return KeySet(column, sorted(row[0] for row in found))
 
 
-def within_files(
-    rows: DataFrame, keys: KeySet, table: DeltaTable, rows_per_file: int, most_files: int = 64
-) -> KeySet:
-    """``keys``, one range of ``rows``' first key, narrowed to the key ranges of the
-    table's files that hold one of ``rows``' keys. A file the range covers that holds none
-    of them (the newest keys' files, between an increment's updates to recent keys and its
-    new keys above them all) is not read by the merge's search for the rows it matches
-    (Delta rewrites only the files holding one), and does not count towards the rows a
-    rewrite may hold (``key_order``). A key of ``rows`` outside every range left is in
-    no file's range, so no row of the table has it.
+def within_files(rows: DataFrame, keys: KeySet, table: DeltaTable, most_files: int = 64) -> KeySet:
+    """``keys``, one range of ``rows``' first key, narrowed to the parts of it that the
+    table's files holding one of ``rows``' keys cover (as ``table``, a snapshot, holds
+    them): what a merge of ``rows`` may rewrite at most, leaving out the files the range
+    covers that hold none of its keys (the newest keys' files, between an increment's
+    updates to recent keys and its new keys above them all). An estimate for deciding how
+    to write (``key_order``), not a pruning filter: another writer may add one of the
+    keys outside these parts before the merge reads the table.
 
-    One Spark job over ``rows``' key, run only where it may spare more than a file's
-    rewrite: the range covers at least two files holding more than ``rows_per_file`` rows
-    in all (and at most ``most_files``, each with statistics of the key); otherwise
-    ``keys`` as they are."""
+    One Spark job over ``rows``' key. ``keys`` as they are where the range covers fewer
+    than two files or more than ``most_files``, a file without statistics of the key, or
+    keys that are partition values."""
     if not keys.spans or len(keys.values) != 2:
         return keys
-    column = keys.column
+    column, (low, high) = keys.column, keys.values
     files = files_holding(live_files(table), keys)
     bounds = [(f.get(f"min.{column}"), f.get(f"max.{column}")) for f in files]
     if (
         not 2 <= len(files) <= most_files
         or any(f"partition.{column}" in f for f in files)
-        or any(low is None or high is None for low, high in bounds)
-        or sum(int(f.get("num_records") or 0) for f in files) <= rows_per_file
+        or any(bottom is None or top is None for bottom, top in bounds)
     ):
         return keys
     key = F.col(quote(column))
-    found = rows.agg(
+    found = aggregated(
+        rows,
         *[
-            F.max(key.between(F.lit(low), F.lit(high)).cast("int")).alias(f"file_{i}")
-            for i, (low, high) in enumerate(bounds)
-        ]
-    ).first()
+            F.max(key.between(F.lit(bottom), F.lit(top)).cast("int")).alias(f"file_{i}")
+            for i, (bottom, top) in enumerate(bounds)
+        ],
+    )
     merged: list[list[Any]] = []
-    for low, high in sorted(b for b, hit in zip(bounds, found, strict=True) if hit):
-        if merged and low <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], high)
-        else:
-            merged.append([low, high])
+    try:
+        # Each file's range clipped to the keys' own: every key lies inside it.
+        hits = [bound for i, bound in enumerate(bounds) if found[f"file_{i}"]]
+        for bottom, top in sorted((max(b, low), min(t, high)) for b, t in hits):
+            if merged and bottom <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], top)
+            else:
+                merged.append([bottom, top])
+    except TypeError:
+        return keys  # statistics of mixed types
     return KeySet(column, [v for pair in merged for v in pair], spans=True)
 
 

@@ -5,9 +5,9 @@ file holds a narrow key range and an increment rewrites only the files its keys 
 Delta's MERGE writes what it rewrites as its join leaves it: hash-partitioned by the key
 over the write's tasks. Two tasks write two files that each span the whole key range of
 the file they replace, so every later increment into that range rewrites both; and the
-inserts an increment adds there (new keys land beside the newest) make them grow without
-bound. In 30 runs of the scd2 benchmark at 5M rows, the rows an increment rewrote grew
-from 665,000 to 1,825,000.
+rows an increment inserts beside them (new keys land beside the newest) make them grow
+without bound. In 30 runs of the scd2 benchmark at 5M rows, the rows an increment
+rewrote grew from 665,000 to 1,825,000.
 
 Where the files the merge may rewrite and the staged rows hold at most ``ORDERED_FILES``
 files' worth of rows, the merge's shuffle is one partition: its sort-merge join then
@@ -17,10 +17,14 @@ rewrites only those its keys fall in (in the same benchmark: 1,040,000 rows from
 run on).
 
 What it costs: that one task writes the rewrite alone, where Delta would spread it over
-the cluster (at most ``ORDERED_FILES`` files' worth of rows). Not for a partitioned table,
-whose MERGE repartitions its output by the partition columns, nor where the session sets
+the cluster (at most ``ORDERED_FILES`` files' worth of rows); the merge's search for the
+files it rewrites runs in one task too. Where the order is not kept, the rows are the
+same and only the layout differs: a partitioned table (Delta repartitions a MERGE's
+output by the partition columns), a session that sets
 ``spark.sql.adaptive.coalescePartitions.initialPartitionNum`` (adaptive execution then
-starts from that many partitions): the merge is then written as before, in hash order.
+starts from that many partitions), a join that is not a sort-merge join (a merge with no
+insert clause may broadcast the staged rows: its output then follows the target's files,
+one file each, as they were), and optimized writes, which shuffle the output again.
 
 Example:
     >>> ordered_rewrite(700_000, 1_000_000, partitioned=False)["spark.sql.shuffle.partitions"]
@@ -33,12 +37,17 @@ from __future__ import annotations
 ORDERED_FILES = 2
 
 
+def few(rows: int, rows_per_file: int) -> bool:
+    """Whether a merge writing ``rows`` rows writes them in one task, in key order."""
+    return rows <= ORDERED_FILES * rows_per_file
+
+
 def ordered_rewrite(rows: int | None, rows_per_file: int, partitioned: bool) -> dict[str, str]:
     """The session settings under which a MERGE that writes at most ``rows`` rows (the
     files its keys may fall in, and the staged rows; None: not known) writes them in key
     order, ``rows_per_file`` to a file; none where it would write too many, or the table
     is ``partitioned``."""
-    if partitioned or rows is None or rows > ORDERED_FILES * rows_per_file:
+    if partitioned or rows is None or not few(rows, rows_per_file):
         return {}
     return {
         "spark.sql.shuffle.partitions": "1",

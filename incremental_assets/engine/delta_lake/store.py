@@ -616,7 +616,7 @@ class DeltaTarget:
             add_new_columns,
             table=self.catalog_table,
         )
-        ordered = self._ordered_rewrite(state, holding, staged_rows)
+        ordered = self._ordered_rewrite(state, staged, holding, staged_rows)
         self._write(lambda: self._merge(spark, merge, record, transaction, ordered))
         found = self._committed(record)
         result = _result(found["operation_metrics"], found["version"])
@@ -640,8 +640,7 @@ class DeltaTarget:
         """The staged rows' first-key values, whose files alone the merge reads: their range
         as the increment's write counted it (``staged_keys``) when the files it spans total
         at most ``SPANNED_BELOW`` bytes (no Spark job), else as ``delta_io.touched_keys``
-        finds them (listed when few), a range narrowed to the files that hold one of them
-        (``delta_io.within_files``)."""
+        finds them (listed when few)."""
         keys = plan.identity or plan.keys
         spanned = staged_keys.spanned() if staged_keys is not None else None
         if (
@@ -652,10 +651,7 @@ class DeltaTarget:
             and delta_io.bytes_holding(state.table, spanned) <= SPANNED_BELOW
         ):
             return spanned
-        found = delta_io.touched_keys(staged, keys, at_most=staged_rows, counted=staged_keys)
-        if found is None or state.table is None:
-            return found
-        return delta_io.within_files(staged, found, state.table, ROWS_PER_FILE)
+        return delta_io.touched_keys(staged, keys, at_most=staged_rows, counted=staged_keys)
 
     def merges_in_one_pass(
         self,
@@ -766,17 +762,28 @@ class DeltaTarget:
 
     @staticmethod
     def _ordered_rewrite(
-        state: TargetState, holding: delta_io.KeySet | None, staged_rows: int
+        state: TargetState,
+        staged: DataFrame,
+        holding: delta_io.KeySet | None,
+        staged_rows: int,
     ) -> dict[str, str]:
         """The session settings that keep the merge's rewrite in key order, in files of at
-        most ``ROWS_PER_FILE`` rows, when it is small (``key_order``)."""
-        if state.table is None:
+        most ``ROWS_PER_FILE`` rows, when it is small (``key_order``): the staged rows and
+        the rows of the files their keys may fall in. Where their range covers too many,
+        the files that hold none of the keys are left out of the count (one Spark job,
+        ``delta_io.within_files``)."""
+        table = state.table
+        if table is None or table.metadata().partition_columns:
             return {}
-        held = delta_io.rows_holding(state.table, holding)
+        held = delta_io.rows_holding(table, holding)
+        if (
+            held is not None
+            and holding is not None
+            and not key_order.few(held + staged_rows, ROWS_PER_FILE)
+        ):
+            held = delta_io.rows_holding(table, delta_io.within_files(staged, holding, table))
         return key_order.ordered_rewrite(
-            None if held is None else held + staged_rows,
-            ROWS_PER_FILE,
-            partitioned=bool(state.table.metadata().partition_columns),
+            None if held is None else held + staged_rows, ROWS_PER_FILE, partitioned=False
         )
 
     @staticmethod

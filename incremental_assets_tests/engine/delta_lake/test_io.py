@@ -52,31 +52,32 @@ def test_a_range_is_narrowed_to_the_files_that_hold_one_of_the_keys(spark, tmp_p
     rows = spark.createDataFrame([(150,), (160,), (350,), (500,)], "k bigint")
     spanned = KeySet("k", [150, 500], spans=True)
 
-    narrowed = delta_io.within_files(rows, spanned, table, rows_per_file=100)
+    narrowed = delta_io.within_files(rows, spanned, table)
 
-    assert narrowed == KeySet("k", [101, 200, 301, 400], spans=True)
+    # The two files' ranges, each clipped to the keys' own range.
+    assert narrowed == KeySet("k", [150, 200, 301, 400], spans=True)
     assert _file_keys(delta_io.files_holding(delta_io.live_files(table), narrowed)) == [
         (101, 200),
         (301, 400),
     ]
     assert delta_io.may_hold_sql(narrowed, alias="t") == (
-        "(t.`k` BETWEEN 101 AND 200 OR t.`k` BETWEEN 301 AND 400)"
+        "(t.`k` BETWEEN 150 AND 200 OR t.`k` BETWEEN 301 AND 400)"
     )
-    # Keys in no file: nothing to read. A range whose files hold a file's rows at most
-    # (or that covers one file) is left as it is: no Spark job for it.
-    assert delta_io.within_files(
-        rows.filter("k > 400"), spanned, table, rows_per_file=100
-    ) == KeySet("k", [], spans=True)
+    # Keys in no file: no file to count.
+    assert delta_io.within_files(rows.filter("k > 400"), spanned, table) == KeySet(
+        "k", [], spans=True
+    )
+    # A range covering one file, or more files than are looked at: as it is, no Spark job.
     one_file = KeySet("k", [150, 160], spans=True)
     kept, jobs = jobs_in(
         spark,
         "within_files",
         lambda: (
-            delta_io.within_files(rows, spanned, table, rows_per_file=300),
-            delta_io.within_files(rows, one_file, table, rows_per_file=1),
+            delta_io.within_files(rows, one_file, table),
+            delta_io.within_files(rows, spanned, table, most_files=2),
         ),
     )
-    assert (kept, jobs) == ((spanned, one_file), 0)
+    assert (kept, jobs) == ((one_file, spanned), 0)
 
 
 def test_string_keys_prune_by_statistics_even_when_truncated(tmp_path):

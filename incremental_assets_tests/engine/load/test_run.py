@@ -640,6 +640,8 @@ def test_a_merge_rewrites_its_few_rows_in_key_order_into_files_of_bounded_size(
     load(spark, spec, target, 1)
     assert _key_ranges(target) == [(1, 400, 400), (401, 800, 400), (801, 1000, 200)]
     hash_ordered = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+    written_by = ["spark.sql.shuffle.partitions", "spark.sql.files.maxRecordsPerFile"]
+    settings = runtime_conf.get_many(spark, written_by)
 
     # 51 updates and 300 new keys: the file 801-1000 and the new rows, 500 in all.
     folder.drop(order_rows([(n, "paid", 1.0, at(2, 1)) for n in range(900, 951)]))
@@ -663,45 +665,40 @@ def test_a_merge_rewrites_its_few_rows_in_key_order_into_files_of_bounded_size(
     assert int(metrics["numTargetRowsCopied"]) == 100 - 11
     assert _key_ranges(target)[-1] == (1201, 1300, 100)
     assert differences(spark, spec, target) == (0, 0)
+    assert runtime_conf.get_many(spark, written_by) == settings  # as they were
 
 
-def test_a_merge_reads_the_files_its_keys_fall_in_not_every_file_their_range_covers(
+def test_a_rewrite_is_counted_by_the_files_its_keys_fall_in_not_every_file_their_range_covers(
     spark, tmp_path, monkeypatch
 ):
-    # Files 1-1000, 1001-2000 and 2001-3000; an increment of 100 updates to 500-599 and
-    # 1,100 new keys above 3000: too many keys to list, so the merge was pruned by their
-    # range, 500-4100, and read all three files to find the rows it matches (it rewrites
-    # only the first). The range is narrowed to the files that hold one of its keys
-    # (delta_io.within_files): the merge reads the first alone.
-    monkeypatch.setattr(store, "ROWS_PER_FILE", 1000)
-    monkeypatch.setattr(store, "SPANNED_BELOW", 0)  # these files are a few kilobytes
-    pruned_by = []
-    may_hold_sql = merge_plan.may_hold_sql
-
-    def pruning(keys, *args, **kwargs):
-        pruned_by.append(keys)
-        return may_hold_sql(keys, *args, **kwargs)
-
-    monkeypatch.setattr(merge_plan, "may_hold_sql", pruning)
+    # Files 1-1500, 1501-3000 and 3001-4500; an increment of 100 updates to 500-599 and
+    # 1,400 new keys above 4500: too many keys to list, so the merge is pruned by their
+    # range, 500-5900, whose three files and staged rows hold 6,000 rows, too many for one
+    # task. The merge rewrites only the file holding the updates, though: counted by the
+    # files that hold one of the keys (delta_io.within_files), 1,500 rows and the 1,500
+    # staged, it is written in key order (coalescing is off, as in the test above).
+    monkeypatch.setattr(store, "ROWS_PER_FILE", 1500)
     folder = ParquetFolder(tmp_path / "orders")
     spec = make_spec(str(folder.path), source={"format": "parquet"})
     target = DeltaTarget("orders", str(tmp_path / "target"))
-    folder.drop(order_rows([(n, "placed", 1.0, at(1, 1)) for n in range(1, 3001)]))
+    folder.drop(order_rows([(n, "placed", 1.0, at(1, 1)) for n in range(1, 4501)]))
     load(spark, spec, target, 1)
+    assert _key_ranges(target) == [(1, 1500, 1500), (1501, 3000, 1500), (3001, 4500, 1500)]
     folder.drop(order_rows([(n, "paid", 1.0, at(2, 1)) for n in range(500, 600)]))
-    folder.drop(order_rows([(n, "placed", 1.0, at(2, 2)) for n in range(3001, 4101)]))
-    before = delta_io.live_files(DeltaTable(target.path))
+    folder.drop(order_rows([(n, "placed", 1.0, at(2, 2)) for n in range(4501, 5901)]))
 
-    second = load(spark, spec, target, 2)
+    with delta_commits.session_settings(
+        spark, {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+    ):
+        second = load(spark, spec, target, 2)
 
-    assert (second.rows_updated, second.rows_inserted) == (100, 1100)
-    assert pruned_by == [delta_io.KeySet("order_id", [1, 1000], spans=True)]
-    assert [f["min.order_id"] for f in delta_io.files_holding(before, pruned_by[0])] == [1]
-    metrics = DeltaTable(target.path).history(1)[0]["operationMetrics"]
-    assert (int(metrics["numTargetFilesRemoved"]), int(metrics["numTargetRowsCopied"])) == (
-        1,
-        900,
-    )
+    assert (second.rows_updated, second.rows_inserted) == (100, 1400)
+    assert _key_ranges(target) == [
+        (1, 1500, 1500),
+        (1501, 3000, 1500),
+        (3001, 4500, 1500),
+        (4501, 5900, 1400),
+    ]
     assert differences(spark, spec, target) == (0, 0)
 
 
