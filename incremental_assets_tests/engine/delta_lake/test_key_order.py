@@ -18,10 +18,11 @@ def test_a_rewrite_of_at_most_two_files_worth_of_rows_is_one_task_rolling_files_
 @pytest.mark.parametrize(
     "rows, partitioned",
     [
+        (1_000, False),  # they fit in a file: Delta's write, spread over the tasks
         (ORDERED_FILES * 1_000 + 1, False),  # too many rows for one task
         (None, False),  # a file without a row count: not known
         (10, True),  # Delta repartitions a partitioned table's output by its partitions
     ],
 )
-def test_a_large_unknown_or_partitioned_rewrite_is_left_to_delta(rows, partitioned):
+def test_a_small_large_unknown_or_partitioned_rewrite_is_left_to_delta(rows, partitioned):
     assert ordered_rewrite(rows, 1_000, partitioned=partitioned) == {}
