@@ -244,9 +244,7 @@ class KeySet:
     spans: bool = False
 
     def ranges(self) -> list[tuple[Any, Any]]:
-        """The touched ranges, lowest first (one a value when not ``spans``)."""
-        if not self.spans:
-            return [(v, v) for v in self.values]
+        """The touched ranges of a ``spans`` set, lowest first."""
         return list(zip(self.values[::2], self.values[1::2], strict=True))
 
 
@@ -354,14 +352,15 @@ def touched_keys(
     return KeySet(column, sorted(row[0] for row in found))
 
 
-def within_files(rows: DataFrame, keys: KeySet, table: DeltaTable, most_files: int = 64) -> KeySet:
+def within_files(rows: DataFrame, keys: KeySet, actions: pa.Table, most_files: int = 64) -> KeySet:
     """``keys``, one range of ``rows``' first key, narrowed to the parts of it that the
-    table's files holding one of ``rows``' keys cover (as ``table``, a snapshot, holds
-    them): what a merge of ``rows`` may rewrite at most, leaving out the files the range
-    covers that hold none of its keys (the newest keys' files, between an increment's
-    updates to recent keys and its new keys above them all). An estimate for deciding how
-    to write (``key_order``), not a pruning filter: another writer may add one of the
-    keys outside these parts before the merge reads the table.
+    table's files holding one of ``rows``' keys cover (``actions``: its live files, as
+    ``live_files`` lists them, of one snapshot): what a merge of ``rows`` may rewrite at
+    most, leaving out the files the range covers that hold none of its keys (the newest
+    keys' files, between an increment's updates to recent keys and its new keys above them
+    all). An estimate for deciding how to write (``key_order``), not a pruning filter:
+    another writer may add one of the keys outside these parts before the merge reads the
+    table.
 
     One Spark job over ``rows``' key. ``keys`` as they are where the range covers fewer
     than two files or more than ``most_files``, a file without statistics of the key, or
@@ -369,7 +368,7 @@ def within_files(rows: DataFrame, keys: KeySet, table: DeltaTable, most_files: i
     if not keys.spans or len(keys.values) != 2:
         return keys
     column, (low, high) = keys.column, keys.values
-    files = files_holding(live_files(table), keys)
+    files = files_holding(actions, keys)
     bounds = [(f.get(f"min.{column}"), f.get(f"max.{column}")) for f in files]
     if (
         not 2 <= len(files) <= most_files
@@ -416,11 +415,10 @@ def bytes_holding(table: DeltaTable, keys: KeySet | None) -> int:
     return sum(int(row["size_bytes"]) for row in files_holding(actions, keys))
 
 
-def rows_holding(table: DeltaTable, keys: KeySet | None) -> int | None:
-    """The rows of the live files that may hold one of ``keys`` (all of them for None),
-    from the log's statistics: what a merge of those keys rewrites at most. None when a
-    file's count is not recorded."""
-    actions = live_files(table)
+def rows_holding(actions: pa.Table, keys: KeySet | None) -> int | None:
+    """The rows of the live files (``actions``, as ``live_files``) that may hold one of
+    ``keys`` (all of them for None), from the log's statistics: what a merge of those keys
+    rewrites at most. None when a file's count is not recorded."""
     files = actions.to_pylist() if keys is None else files_holding(actions, keys)
     counts = [row.get("num_records") for row in files]
     return None if None in counts else sum(int(c) for c in counts)

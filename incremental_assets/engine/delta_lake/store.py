@@ -775,13 +775,15 @@ class DeltaTarget:
         table = state.table
         if table is None or table.metadata().partition_columns:
             return {}
-        held = delta_io.rows_holding(table, holding)
+        actions = delta_io.live_files(table)
+        held = delta_io.rows_holding(actions, holding)
         if (
             held is not None
             and holding is not None
             and not key_order.few(held + staged_rows, ROWS_PER_FILE)
         ):
-            held = delta_io.rows_holding(table, delta_io.within_files(staged, holding, table))
+            narrowed = delta_io.within_files(staged, holding, actions)
+            held = delta_io.rows_holding(actions, narrowed)
         return key_order.ordered_rewrite(
             None if held is None else held + staged_rows, ROWS_PER_FILE, partitioned=False
         )

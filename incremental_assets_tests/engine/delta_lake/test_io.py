@@ -51,12 +51,13 @@ def test_a_range_is_narrowed_to_the_files_that_hold_one_of_the_keys(spark, tmp_p
     table = _table_of_files(tmp_path / "t", [list(range(a, a + 100)) for a in (1, 101, 201, 301)])
     rows = spark.createDataFrame([(150,), (160,), (350,), (500,)], "k bigint")
     spanned = KeySet("k", [150, 500], spans=True)
+    actions = delta_io.live_files(table)
 
-    narrowed = delta_io.within_files(rows, spanned, table)
+    narrowed = delta_io.within_files(rows, spanned, actions)
 
     # The two files' ranges, each clipped to the keys' own range.
     assert narrowed == KeySet("k", [150, 200, 301, 400], spans=True)
-    assert _file_keys(delta_io.files_holding(delta_io.live_files(table), narrowed)) == [
+    assert _file_keys(delta_io.files_holding(actions, narrowed)) == [
         (101, 200),
         (301, 400),
     ]
@@ -64,7 +65,7 @@ def test_a_range_is_narrowed_to_the_files_that_hold_one_of_the_keys(spark, tmp_p
         "(t.`k` BETWEEN 150 AND 200 OR t.`k` BETWEEN 301 AND 400)"
     )
     # Keys in no file: no file to count.
-    assert delta_io.within_files(rows.filter("k > 400"), spanned, table) == KeySet(
+    assert delta_io.within_files(rows.filter("k > 400"), spanned, actions) == KeySet(
         "k", [], spans=True
     )
     # A range covering one file, or more files than are looked at: as it is, no Spark job.
@@ -73,8 +74,8 @@ def test_a_range_is_narrowed_to_the_files_that_hold_one_of_the_keys(spark, tmp_p
         spark,
         "within_files",
         lambda: (
-            delta_io.within_files(rows, one_file, table),
-            delta_io.within_files(rows, spanned, table, most_files=2),
+            delta_io.within_files(rows, one_file, actions),
+            delta_io.within_files(rows, spanned, actions, most_files=2),
         ),
     )
     assert (kept, jobs) == ((one_file, spanned), 0)

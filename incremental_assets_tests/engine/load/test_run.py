@@ -633,21 +633,15 @@ def test_a_merge_rewrites_its_few_rows_in_key_order_into_files_of_bounded_size(
     # rows (and at most two files' worth) is written by one task in key order instead
     # (key_order), a new file every 400 rows: the next increment rewrites only the file
     # its keys fall in.
-    monkeypatch.setattr(store, "ROWS_PER_FILE", 400)
-    folder = ParquetFolder(tmp_path / "orders")
-    spec = make_spec(str(folder.path), source={"format": "parquet"})
-    target = DeltaTarget("orders", str(tmp_path / "target"))
-    folder.drop(order_rows([(n, "placed", 1.0, at(1, 1)) for n in range(1, 1001)]))
-    load(spark, spec, target, 1)
+    folder, spec, target = _loaded_in_files(spark, tmp_path, monkeypatch, 400, 1000)
     assert _key_ranges(target) == [(1, 400, 400), (401, 800, 400), (801, 1000, 200)]
-    hash_ordered = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
     written_by = ["spark.sql.shuffle.partitions", "spark.sql.files.maxRecordsPerFile"]
     settings = runtime_conf.get_many(spark, written_by)
 
     # 51 updates and 300 new keys: the file 801-1000 and the new rows, 500 in all.
     folder.drop(order_rows([(n, "paid", 1.0, at(2, 1)) for n in range(900, 951)]))
     folder.drop(order_rows([(n, "placed", 1.0, at(2, 2)) for n in range(1001, 1301)]))
-    with delta_commits.session_settings(spark, hash_ordered):
+    with delta_commits.session_settings(spark, HASH_ORDERED):
         second = load(spark, spec, target, 2)
     assert (second.rows_updated, second.rows_inserted) == (51, 300)
     assert _key_ranges(target) == [
@@ -660,7 +654,7 @@ def test_a_merge_rewrites_its_few_rows_in_key_order_into_files_of_bounded_size(
     # Updates to 1250-1260 rewrite the 100 rows of the one file holding them (as Delta
     # writes them: they fit in a file).
     folder.drop(order_rows([(n, "paid", 1.0, at(3, 1)) for n in range(1250, 1261)]))
-    with delta_commits.session_settings(spark, hash_ordered):
+    with delta_commits.session_settings(spark, HASH_ORDERED):
         third = load(spark, spec, target, 3)
     metrics = DeltaTable(target.path).history(1)[0]["operationMetrics"]
     assert (third.rows_updated, int(metrics["numTargetFilesRemoved"])) == (11, 1)
@@ -678,19 +672,12 @@ def test_a_rewrite_is_counted_by_the_files_its_keys_fall_in_not_every_file_their
     # task. The merge rewrites only the file holding the updates, though: counted by the
     # files that hold one of the keys (delta_io.within_files), 1,500 rows and the 1,500
     # staged, it is written in key order (coalescing is off, as in the test above).
-    monkeypatch.setattr(store, "ROWS_PER_FILE", 1500)
-    folder = ParquetFolder(tmp_path / "orders")
-    spec = make_spec(str(folder.path), source={"format": "parquet"})
-    target = DeltaTarget("orders", str(tmp_path / "target"))
-    folder.drop(order_rows([(n, "placed", 1.0, at(1, 1)) for n in range(1, 4501)]))
-    load(spark, spec, target, 1)
+    folder, spec, target = _loaded_in_files(spark, tmp_path, monkeypatch, 1500, 4500)
     assert _key_ranges(target) == [(1, 1500, 1500), (1501, 3000, 1500), (3001, 4500, 1500)]
     folder.drop(order_rows([(n, "paid", 1.0, at(2, 1)) for n in range(500, 600)]))
     folder.drop(order_rows([(n, "placed", 1.0, at(2, 2)) for n in range(4501, 5901)]))
 
-    with delta_commits.session_settings(
-        spark, {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
-    ):
+    with delta_commits.session_settings(spark, HASH_ORDERED):
         second = load(spark, spec, target, 2)
 
     assert (second.rows_updated, second.rows_inserted) == (100, 1400)
@@ -701,6 +688,23 @@ def test_a_rewrite_is_counted_by_the_files_its_keys_fall_in_not_every_file_their
         (4501, 5900, 1400),
     ]
     assert differences(spark, spec, target) == (0, 0)
+
+
+# Delta's write of a merge's rewrite spread over the tasks, as a cluster's many cores
+# would spread a rewrite of a test's size (adaptive execution's coalescing off).
+HASH_ORDERED = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+
+def _loaded_in_files(spark, tmp_path, monkeypatch, rows_per_file: int, rows: int):
+    """A Parquet source of orders 1..``rows`` and its target, loaded in files of at most
+    ``rows_per_file`` rows: the folder, the spec and the target."""
+    monkeypatch.setattr(store, "ROWS_PER_FILE", rows_per_file)
+    folder = ParquetFolder(tmp_path / "orders")
+    spec = make_spec(str(folder.path), source={"format": "parquet"})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    folder.drop(order_rows([(n, "placed", 1.0, at(1, 1)) for n in range(1, rows + 1)]))
+    load(spark, spec, target, 1)
+    return folder, spec, target
 
 
 def _key_ranges(target: DeltaTarget) -> list[tuple[int, int, int]]:
