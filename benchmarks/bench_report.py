@@ -385,6 +385,10 @@ def report(results: list[CaseResult], agings: list[Aging], big: Huge | None, arg
                 + " ".join(f"{x / 1000:.0f}" for x in a.run_rows_written)
                 for a in agings
             ),
+            "",
+            "Layout after the repeated runs (each live file: lowest-highest key, thousands of "
+            "rows; * a file whose keys overlap the one before it):",
+            *(f"  {a.case} ({a.variant}): {_layout(a.layout)}" for a in agings),
         ]
     if big is not None:
         nb = big.notebook
@@ -417,3 +421,14 @@ def jobs_of(big: Huge) -> str:
             for j in run.measure.jobs
         ],
     )
+
+
+def _layout(files: list) -> str:
+    """Files in key order, ``[low-high: rows k]``, an overlap with the file before starred."""
+    out, high = [], None
+    for low, top, rows in files:
+        overlaps = high is not None and low is not None and low <= high
+        out.append(f"{'*' if overlaps else ''}[{low}-{top}: {rows / 1000:.0f}k]")
+        if top is not None and (high is None or top > high):
+            high = top
+    return " ".join(out)

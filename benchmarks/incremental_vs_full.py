@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from bench_cases import (
     CASES,
     HISTORY_START,
@@ -135,6 +136,8 @@ class Aging:
     scan_s: float
     compacted_scan_s: float
     maintenance_s: float
+    # The target's live files at the end, by their lowest key: (lowest, highest, rows).
+    layout: list[tuple[Any, Any, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -528,6 +531,7 @@ def age(
                 scan_s=scan,
                 compacted_scan_s=fresh,
                 maintenance_s=maintenance[i],
+                layout=layout(target, p.case.spec(source, target.path).keys[0]),
             )
         )
         say(
@@ -536,6 +540,14 @@ def age(
         )
         shutil.rmtree(compact, ignore_errors=True)
     return out
+
+
+def layout(target: DeltaTarget, key: str) -> list[tuple[Any, Any, int]]:
+    """The table's live files as their statistics give them: lowest and highest ``key``
+    and rows, in the order of the lowest key (which files an increment's keys fall in)."""
+    files = pa.table(target.open().get_add_actions(flatten=True)).to_pylist()
+    found = [(f.get(f"min.{key}"), f.get(f"max.{key}"), f["num_records"]) for f in files]
+    return sorted(found, key=lambda f: (f[0] is None, f[0]))
 
 
 def maintain(spark, target: DeltaTarget) -> None:
