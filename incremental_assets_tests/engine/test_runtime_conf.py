@@ -6,10 +6,12 @@ restored in 4 round trips, where one call a key made 12. Runs in both passes of 
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
 
+from incremental_assets.engine.delta_lake import commits
 from incremental_assets.engine.delta_lake.commits import session_settings
 from incremental_assets.engine.spark import runtime_conf
 from incremental_assets.engine.spark.remote import is_connect
@@ -88,3 +90,37 @@ def test_which_settings_may_be_changed_is_asked_once_for_all(spark, round_trips)
     assert found == ["spark.sql.shuffle.partitions", "spark.sql.ansi.enabled"]  # not static
     if is_connect(spark):
         assert round_trips == ["is_modifiable"]
+
+
+def test_an_optional_setting_the_session_refuses_is_left_out_and_the_block_runs(
+    spark, keys, caplog
+):
+    # spark.sql.extensions is static: no running session takes it, as a serverless
+    # workspace refuses settings it does not offer (CONFIG_NOT_AVAILABLE).
+    static = "spark.sql.extensions"
+    extensions = spark.conf.get(static, None)
+    optional = {static: "com.example.Nothing", keys[2]: "new-2", keys[1]: "optional-1"}
+    commits._REFUSED.discard(static)  # said once a process
+
+    with (
+        caplog.at_level(logging.WARNING, logger=commits.__name__),
+        session_settings(spark, {keys[0]: "new-0"}, optional),
+    ):
+        seen = _values(spark, keys)
+        assert spark.conf.get(static, None) == extensions
+
+    assert seen == ["new-0", "optional-1", "new-2", None]
+    assert f"refuses {static}=com.example.Nothing" in caplog.text
+    assert _values(spark, keys) == ["before-0", "before-1", None, None]
+
+
+def test_a_required_setting_the_session_refuses_fails_the_block_before_it_runs(spark, keys):
+    ran = []
+    with (
+        pytest.raises(Exception, match="CANNOT_MODIFY_STATIC_CONFIG"),
+        session_settings(spark, {"spark.sql.extensions": "com.example.Nothing"}, {keys[2]: "x"}),
+    ):
+        ran.append(True)
+
+    assert not ran
+    assert _values(spark, keys) == ["before-0", "before-1", None, None]

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -44,6 +45,9 @@ _RECORD_EMPTY = "spark.databricks.delta.skipRecordingEmptyCommits"
 STAGED_SOURCE = {"spark.databricks.delta.merge.materializeSource": "none"}
 # Session settings are shared by the threads of one session: one commit sets them at a time.
 SESSION_LOCK = threading.RLock()
+log = logging.getLogger(__name__)
+# The optional settings a session refused, each said once a process.
+_REFUSED: set[str] = set()
 
 
 def plain(value: Any) -> Any:
@@ -95,26 +99,81 @@ def writer_options(
 
 
 @contextmanager
-def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+def session_settings(
+    spark: SparkSession, settings: Mapping[str, str], optional: Mapping[str, str] | None = None
+) -> Iterator[None]:
     """The session ``settings`` within the block, each restored to what it was after it,
     however the block ends; one block at a time sets them (Spark reads a commit's user
-    metadata and transaction from the session, which its threads share)."""
+    metadata and transaction from the session, which its threads share).
+
+    ``optional``: settings that only make the block cheaper (a merge's source left as
+    staged, its rewrite in key order). One the session refuses (``refused``: a static
+    setting, or one a serverless workspace does not offer) is left out, and the block runs
+    as it would without it; a refused one of ``settings`` fails the block before it runs."""
+    optional = {k: v for k, v in (optional or {}).items() if k not in settings}
     with SESSION_LOCK:
-        before = runtime_conf.get_many(spark, settings)
+        before = runtime_conf.get_many(spark, [*settings, *optional])
+        applied = None
         # A block that fails, or whose settings may be left: through Spark Connect, no
         # later process takes this session (its command may even still be running).
         try:
-            runtime_conf.set_many(spark, settings)
+            applied = [*settings, *_set(spark, settings, optional)]
             yield
         except BaseException:
             session_slots.taint()
             raise
         finally:
             try:
-                runtime_conf.restore(spark, before)
+                # Where setting them failed, those it changed.
+                keys = applied if applied is not None else _changed(spark, before)
+                runtime_conf.restore(spark, {k: before[k] for k in keys})
             except BaseException:
                 session_slots.taint()
                 raise
+
+
+# What a session says of a setting it will not take: a static one, a core one (Spark's
+# own), one a serverless workspace does not offer (Databricks).
+REFUSALS = ("CANNOT_MODIFY_STATIC_CONFIG", "CANNOT_MODIFY_CONFIG", "CONFIG_NOT_AVAILABLE")
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a session refusing a setting."""
+    condition = getattr(exc, "getCondition", lambda: None)() or ""
+    return condition.startswith(REFUSALS) or any(r in str(exc) for r in REFUSALS)
+
+
+def _changed(spark: SparkSession, before: Mapping[str, str | None]) -> list[str]:
+    now = runtime_conf.get_many(spark, before)
+    return [key for key, value in before.items() if now[key] != value]
+
+
+def _set(
+    spark: SparkSession, settings: Mapping[str, str], optional: Mapping[str, str]
+) -> dict[str, str]:
+    """Set ``settings`` and ``optional`` (one round trip through Spark Connect); where the
+    session refuses one, ``settings`` again, then each of ``optional`` alone, those it
+    refuses left out. The optional settings set."""
+    try:
+        runtime_conf.set_many(spark, {**optional, **settings})
+        return dict(optional)
+    except Exception as exc:
+        if not optional or not refused(exc):
+            raise
+    runtime_conf.set_many(spark, settings)
+    taken = {}
+    for key, value in optional.items():
+        try:
+            runtime_conf.set_many(spark, {key: value})
+        except Exception as exc:
+            if not refused(exc):
+                raise
+            if key not in _REFUSED:
+                _REFUSED.add(key)
+                log.warning("the Spark session refuses %s=%s; running without it", key, value)
+            continue
+        taken[key] = value
+    return taken
 
 
 def idempotent(
@@ -123,14 +182,15 @@ def idempotent(
     version: int | None,
     metadata: Mapping[str, Any],
     settings: Mapping[str, str] | None = None,
+    optional: Mapping[str, str] | None = None,
 ):
     """Within the block, Delta's DML commands commit with the loader's record and, given
     ``app_id``, as the idempotent write ``(app_id, version)`` (and with the session
-    ``settings``)."""
+    ``settings``, and those of ``optional`` the session takes: ``session_settings``)."""
     conf = {**(settings or {}), USER_METADATA: user_metadata(metadata)}
     if app_id is not None and version is not None:
         conf |= {TXN_APP_ID: app_id, TXN_VERSION: str(version)}
-    return session_settings(spark, conf)
+    return session_settings(spark, conf, optional)
 
 
 def append(

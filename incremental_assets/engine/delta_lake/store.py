@@ -793,8 +793,9 @@ class DeltaTarget:
         spark: SparkSession, merge, record: dict, transaction: dict, settings: dict[str, str]
     ) -> None:
         app, version = transaction["app_id"], transaction["version"]
+        # Both only make the merge cheaper: a session that refuses them merges without.
         conf = {**delta_commits.STAGED_SOURCE, **settings}
-        with delta_commits.idempotent(spark, app, version, record, conf):
+        with delta_commits.idempotent(spark, app, version, record, optional=conf):
             merge()
 
     def record(self, spark: SparkSession, metadata: Mapping[str, Any]) -> CommitResult:
