@@ -92,35 +92,61 @@ def test_which_settings_may_be_changed_is_asked_once_for_all(spark, round_trips)
         assert round_trips == ["is_modifiable"]
 
 
-def test_an_optional_setting_the_session_refuses_is_left_out_and_the_block_runs(
-    spark, keys, caplog
+@pytest.fixture
+def refusing(spark):
+    """Forgets, after the test, that ``spark`` refused a block's optional settings."""
+    yield
+    commits._REFUSING.discard(spark)
+
+
+def test_optional_settings_a_session_refuses_are_left_out_all_together_and_said_once(
+    spark, keys, caplog, refusing, round_trips
 ):
     # spark.sql.extensions is static: no running session takes it, as a serverless
     # workspace refuses settings it does not offer (CONFIG_NOT_AVAILABLE).
     static = "spark.sql.extensions"
     extensions = spark.conf.get(static, None)
-    optional = {static: "com.example.Nothing", keys[2]: "new-2", keys[1]: "optional-1"}
-    commits._REFUSED.discard(static)  # said once a process
+    optional = {keys[2]: "new-2", static: "com.example.Nothing", keys[1]: "optional-1"}
 
-    with (
-        caplog.at_level(logging.WARNING, logger=commits.__name__),
-        session_settings(spark, {keys[0]: "new-0"}, optional),
-    ):
-        seen = _values(spark, keys)
-        assert spark.conf.get(static, None) == extensions
+    with caplog.at_level(logging.WARNING, logger=commits.__name__):
+        with session_settings(spark, {keys[0]: "new-0"}, optional):
+            first = _values(spark, keys)
+            assert spark.conf.get(static, None) == extensions
+        round_trips.clear()
+        with session_settings(spark, {keys[0]: "again-0"}, optional):
+            again = _values(spark, keys)
 
-    assert seen == ["new-0", "optional-1", "new-2", None]
-    assert f"refuses {static}=com.example.Nothing" in caplog.text
+    # None of them, the one set before the refused one in a batch put back too.
+    assert first == ["new-0", "before-1", None, None]
+    assert again == ["again-0", "before-1", None, None]
     assert _values(spark, keys) == ["before-0", "before-1", None, None]
+    assert caplog.text.count(f"refuses one of {keys[2]}=new-2, {static}=") == 1
+    if is_connect(spark):  # the session's later blocks do not ask again
+        assert round_trips == ["get_with_default", "set", "unset", "set"]
 
 
-def test_a_required_setting_the_session_refuses_fails_the_block_before_it_runs(spark, keys):
+def test_a_required_setting_the_session_refuses_fails_the_block_before_it_runs(
+    spark, keys, refusing
+):
     ran = []
     with (
-        pytest.raises(Exception, match="CANNOT_MODIFY_STATIC_CONFIG"),
+        pytest.raises(Exception, match="CANNOT_MODIFY_STATIC_CONFIG") as raised,
         session_settings(spark, {"spark.sql.extensions": "com.example.Nothing"}, {keys[2]: "x"}),
     ):
         ran.append(True)
 
     assert not ran
+    # Not hidden by putting the settings back (a refusal of its own, the first its context).
+    assert type(raised.value.__context__) is not type(raised.value)
+    assert _values(spark, keys) == ["before-0", "before-1", None, None]
+    assert spark not in commits._REFUSING  # the optional ones were not refused
+
+
+def test_an_optional_setting_failing_otherwise_fails_the_block(spark, keys):
+    with (
+        pytest.raises(Exception, match=r"spark\.sql\.shuffle\.partitions"),
+        session_settings(spark, {keys[0]: "new-0"}, {"spark.sql.shuffle.partitions": "many"}),
+    ):
+        pass
+
     assert _values(spark, keys) == ["before-0", "before-1", None, None]

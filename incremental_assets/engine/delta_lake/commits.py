@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -46,8 +47,6 @@ STAGED_SOURCE = {"spark.databricks.delta.merge.materializeSource": "none"}
 # Session settings are shared by the threads of one session: one commit sets them at a time.
 SESSION_LOCK = threading.RLock()
 log = logging.getLogger(__name__)
-# The optional settings a session refused, each said once a process.
-_REFUSED: set[str] = set()
 
 
 def plain(value: Any) -> Any:
@@ -106,74 +105,109 @@ def session_settings(
     however the block ends; one block at a time sets them (Spark reads a commit's user
     metadata and transaction from the session, which its threads share).
 
-    ``optional``: settings that only make the block cheaper (a merge's source left as
-    staged, its rewrite in key order). One the session refuses (``refused``: a static
-    setting, or one a serverless workspace does not offer) is left out, and the block runs
-    as it would without it; a refused one of ``settings`` fails the block before it runs."""
+    ``optional``: settings that only make the block cheaper, all or none of them (a
+    merge's source left as staged, its rewrite in key order). Where the session refuses
+    one of them (``refused``: a static setting, or one a serverless workspace does not
+    offer, there even to read), the block runs without any, and so do the session's later
+    blocks (said once in the log); a refused one of ``settings`` fails the block."""
     optional = {k: v for k, v in (optional or {}).items() if k not in settings}
+    if spark in _REFUSING:
+        optional = {}
     with SESSION_LOCK:
-        before = runtime_conf.get_many(spark, [*settings, *optional])
-        applied = None
+        before, optional = _read(spark, settings, optional)
         # A block that fails, or whose settings may be left: through Spark Connect, no
         # later process takes this session (its command may even still be running).
         try:
-            applied = [*settings, *_set(spark, settings, optional)]
+            _set(spark, settings, optional, before)
             yield
         except BaseException:
             session_slots.taint()
             raise
         finally:
             try:
-                # Where setting them failed, those it changed.
-                keys = applied if applied is not None else _changed(spark, before)
-                runtime_conf.restore(spark, {k: before[k] for k in keys})
+                _restore(spark, before)
             except BaseException:
                 session_slots.taint()
                 raise
 
 
 # What a session says of a setting it will not take: a static one, a core one (Spark's
-# own), one a serverless workspace does not offer (Databricks).
+# own), one a serverless workspace does not offer (Databricks); the last, as Spark 3.5
+# words the first two without a condition.
 REFUSALS = ("CANNOT_MODIFY_STATIC_CONFIG", "CANNOT_MODIFY_CONFIG", "CONFIG_NOT_AVAILABLE")
+_REFUSED_TEXT = ("[CONFIG_NOT_AVAILABLE]", "Cannot modify the value of")
+# The sessions that refused a block's optional settings: their later blocks run without.
+_REFUSING: weakref.WeakSet = weakref.WeakSet()
 
 
 def refused(exc: BaseException) -> bool:
     """Whether ``exc`` is a session refusing a setting."""
     condition = getattr(exc, "getCondition", lambda: None)() or ""
-    return condition.startswith(REFUSALS) or any(r in str(exc) for r in REFUSALS)
+    if condition:
+        return condition.startswith(REFUSALS)
+    return any(text in str(exc) for text in _REFUSED_TEXT)
 
 
-def _changed(spark: SparkSession, before: Mapping[str, str | None]) -> list[str]:
-    now = runtime_conf.get_many(spark, before)
-    return [key for key, value in before.items() if now[key] != value]
+def _refuses(spark: SparkSession, optional: Mapping[str, str], exc: BaseException) -> None:
+    _REFUSING.add(spark)
+    log.warning(
+        "the Spark session refuses one of %s (%s); its merges run without them",
+        ", ".join(f"{k}={v}" for k, v in optional.items()),
+        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+    )
 
 
-def _set(
+def _read(
     spark: SparkSession, settings: Mapping[str, str], optional: Mapping[str, str]
-) -> dict[str, str]:
-    """Set ``settings`` and ``optional`` (one round trip through Spark Connect); where the
-    session refuses one, ``settings`` again, then each of ``optional`` alone, those it
-    refuses left out. The optional settings set."""
+) -> tuple[dict[str, str | None], Mapping[str, str]]:
+    """The values of ``settings``' and ``optional``'s keys (one round trip through Spark
+    Connect), and ``optional``: none where the session refuses to read one of them."""
     try:
-        runtime_conf.set_many(spark, {**optional, **settings})
-        return dict(optional)
+        return runtime_conf.get_many(spark, [*settings, *optional]), optional
     except Exception as exc:
         if not optional or not refused(exc):
             raise
+        before = runtime_conf.get_many(spark, settings)  # a refused one fails the block
+        _refuses(spark, optional, exc)
+        return before, {}
+
+
+def _set(
+    spark: SparkSession,
+    settings: Mapping[str, str],
+    optional: Mapping[str, str],
+    before: Mapping[str, str | None],
+) -> None:
+    """Set ``settings`` and ``optional`` (one round trip through Spark Connect); where the
+    session refuses one, ``settings`` alone (a refused one of these fails the block), the
+    optional ones the batch set before the refused one put back as they were."""
+    try:
+        runtime_conf.set_many(spark, {**optional, **settings})
+        return
+    except Exception as exc:
+        if not optional or not refused(exc):
+            raise
+        error = exc
     runtime_conf.set_many(spark, settings)
-    taken = {}
-    for key, value in optional.items():
-        try:
-            runtime_conf.set_many(spark, {key: value})
-        except Exception as exc:
-            if not refused(exc):
-                raise
-            if key not in _REFUSED:
-                _REFUSED.add(key)
-                log.warning("the Spark session refuses %s=%s; running without it", key, value)
-            continue
-        taken[key] = value
-    return taken
+    _restore(spark, {key: before[key] for key in optional})
+    _refuses(spark, optional, error)
+
+
+def _restore(spark: SparkSession, before: Mapping[str, str | None]) -> None:
+    """Put back every key of ``before`` (two round trips through Spark Connect); where the
+    session refuses one (never set: a refused setting, or a batch that stopped at one),
+    each alone, the refused ones left as they are."""
+    try:
+        runtime_conf.restore(spark, before)
+    except Exception as exc:
+        if not refused(exc):
+            raise
+        for key, value in before.items():
+            try:
+                runtime_conf.restore(spark, {key: value})
+            except Exception as each:
+                if not refused(each):
+                    raise
 
 
 def idempotent(
