@@ -8,6 +8,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -155,7 +156,11 @@ def _start_local(conf: dict[str, str], plan: jars.JarPlan, app_name: str | None)
     except Exception:
         if not plan.resolving:
             raise
-        plan = jars.fetch_with_maven(plan)
+        fetched = jars.fetch_with_maven(plan)
+        # The user's own jars (spark.jars: a JDBC driver) first, as a start from the
+        # cache has them; the fetched plan's list alone would replace them.
+        user = [j for j in own.get("spark.jars", "").split(",") if j.strip()]
+        plan = replace(fetched, conf={"spark.jars": ",".join([*user, fetched.conf["spark.jars"]])})
         session = _build(jars.placed(own, plan), app_name)
     else:
         if plan.resolving:

@@ -32,6 +32,7 @@ except JarsUnavailableError as exc:
     sys.exit(3)
 spark.range(3).write.format("delta").save(sys.argv[1])
 print("ROWS", spark.read.format("delta").load(sys.argv[1]).count())
+print("JARS", spark.sparkContext.getConf().get("spark.jars", ""))
 """
 
 
@@ -120,12 +121,20 @@ def test_maven_fetches_the_jars_when_sparks_resolver_cannot(tmp_path):
     broken = tmp_path / "ivysettings.xml"
     broken.write_text("<ivysettings><resolvers></resolvers></ivysettings>")
     cache = tmp_path / "cache"
+    driver = _jar(tmp_path / "driver.jar")  # the user's own jar, a JDBC driver's say
 
-    done = _start(tmp_path, {jars.CACHE_ENV: str(cache)}, f"spark.jars.ivySettings={broken}")
+    done = _start(
+        tmp_path,
+        {jars.CACHE_ENV: str(cache)},
+        f"spark.jars.ivySettings={broken}",
+        f"spark.jars={driver}",
+    )
 
     assert "ROWS 3" in done.stdout, (done.stdout + done.stderr)[-3000:]
     manifest = next(cache.glob("manifest-*.txt")).read_text().split()
     assert any("maven-" in line and "delta-spark_2.13-4.3.1.jar" in line for line in manifest)
+    # Kept beside the fetched jars, not replaced by them.
+    assert driver in done.stdout.split("JARS ", 1)[1], done.stdout
 
 
 def _jar(path: Path, cut: bool = False) -> str:
