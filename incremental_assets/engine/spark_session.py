@@ -8,7 +8,6 @@ import contextlib
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import replace
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -153,14 +152,15 @@ def _start_local(conf: dict[str, str], plan: jars.JarPlan, app_name: str | None)
         jars.announce(plan)
     try:
         session = _build(jars.placed(own, plan), app_name)
-    except Exception:
+    except Exception as exc:
         if not plan.resolving:
             raise
-        fetched = jars.fetch_with_maven(plan)
-        # The user's own jars (spark.jars: a JDBC driver) first, as a start from the
-        # cache has them; the fetched plan's list alone would replace them.
-        user = [j for j in own.get("spark.jars", "").split(",") if j.strip()]
-        plan = replace(fetched, conf={"spark.jars": ",".join([*user, fetched.conf["spark.jars"]])})
+        jars.fetch_with_maven(plan)
+        # Read back as a later start reads the cache: the user's own jars (spark.jars: a
+        # JDBC driver) first, which the fetched jars' list alone would replace.
+        plan = jars.plan(conf)
+        if plan.resolving:
+            raise jars.unavailable(plan, "the jars Maven fetched could not be read back") from exc
         session = _build(jars.placed(own, plan), app_name)
     else:
         if plan.resolving:

@@ -215,13 +215,12 @@ def idempotent(
     app_id: str | None,
     version: int | None,
     metadata: Mapping[str, Any],
-    settings: Mapping[str, str] | None = None,
     optional: Mapping[str, str] | None = None,
 ):
     """Within the block, Delta's DML commands commit with the loader's record and, given
-    ``app_id``, as the idempotent write ``(app_id, version)`` (and with the session
-    ``settings``, and those of ``optional`` the session takes: ``session_settings``)."""
-    conf = {**(settings or {}), USER_METADATA: user_metadata(metadata)}
+    ``app_id``, as the idempotent write ``(app_id, version)`` (and with those of the
+    session settings ``optional`` the session takes: ``session_settings``)."""
+    conf = {USER_METADATA: user_metadata(metadata)}
     if app_id is not None and version is not None:
         conf |= {TXN_APP_ID: app_id, TXN_VERSION: str(version)}
     return session_settings(spark, conf, optional)
