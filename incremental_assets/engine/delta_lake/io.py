@@ -68,6 +68,17 @@ def live_bytes(actions: pa.Table) -> int:
     return int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
 
 
+def bytes_per_row(actions: pa.Table) -> float | None:
+    """The bytes a row takes in the files ``actions`` lists (add actions, as
+    ``live_files``), from the log's sizes and row counts (of the files whose rows it
+    records); None where it records none."""
+    if not actions.num_rows or "num_records" not in actions.column_names:
+        return None
+    counted = actions.filter(pc.is_valid(actions.column("num_records")))
+    rows = pc.sum(counted.column("num_records")).as_py() if counted.num_rows else 0
+    return live_bytes(counted) / rows if rows else None
+
+
 def prune_files(actions: pa.Table, parts: list[Part] | None) -> list[dict]:
     """The add actions whose statistics or partition values may hold a row of ``parts``."""
     rows = actions.to_pylist()

@@ -38,7 +38,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
-from incremental_assets.engine.delta_lake.store import ROWS_PER_FILE, DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget, rows_per_file
 from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.specs.locations import SIDE_TABLES
 
@@ -50,15 +50,15 @@ class MaintenanceSettings:
     """What to do to each Delta table.
 
     ``target_size`` is the size compaction aims for (default: about ``ROWS_PER_FILE``
-    rows of the table, ``target_file_bytes``). ``zorder`` rewrites every file sorted along
-    these columns (e.g. the keys), which keeps each file's key range narrow so merges
-    rewrite fewer files, at the price of rewriting the whole table; without it, compaction
-    bin-packs small files only. ``purge`` first rewrites the files whose rows deletion
-    vectors mark deleted (``REORG ... APPLY (PURGE)``), so readers stop filtering them;
-    tables without deletion vectors skip it. ``retention_hours`` None skips the vacuum.
-    ``enforce_retention`` refuses a retention shorter than the table's
-    ``delta.deletedFileRetentionDuration`` (7 days unless set): readers of older snapshots,
-    including a load still running, may need those files.
+    rows of the table, at most about ``BYTES_PER_FILE``: ``target_file_bytes``).
+    ``zorder`` rewrites every file sorted along these columns (e.g. the keys), which keeps
+    each file's key range narrow so merges rewrite fewer files, at the price of rewriting
+    the whole table; without it, compaction bin-packs small files only. ``purge`` first
+    rewrites the files whose rows deletion vectors mark deleted (``REORG ... APPLY
+    (PURGE)``), so readers stop filtering them; tables without deletion vectors skip it.
+    ``retention_hours`` None skips the vacuum. ``enforce_retention`` refuses a retention
+    shorter than the table's ``delta.deletedFileRetentionDuration`` (7 days unless set):
+    readers of older snapshots, including a load still running, may need those files.
     """
 
     compact: bool = True
@@ -204,15 +204,14 @@ def _optimize(
 
 
 def target_file_bytes(table: DeltaTable) -> int | None:
-    """The size of a file of ``ROWS_PER_FILE`` rows of this table, from its live files'
-    bytes per row (None for an empty table): what compaction aims for, so it keeps the
-    files about as large as the first write made them."""
-    files = delta_io.live_files(table)
-    rows = pc.sum(files.column("num_records")).as_py() if files.num_rows else 0
-    if not rows:
+    """The size of a file of ``rows_per_file`` rows of this table (``ROWS_PER_FILE``, fewer
+    for wide rows), from its live files' bytes per row (None for an empty table): what
+    compaction aims for, so it keeps the files about as large as the first write made
+    them."""
+    per_row = delta_io.bytes_per_row(delta_io.live_files(table))
+    if per_row is None:
         return None
-    size = pc.sum(files.column("size_bytes")).as_py() or 0
-    return max(int(size / rows * ROWS_PER_FILE), 1)
+    return max(int(per_row * rows_per_file(per_row)), 1)
 
 
 def _purge(spark: SparkSession, target: DeltaTarget) -> tuple[int, int]:

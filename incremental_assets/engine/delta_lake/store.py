@@ -72,6 +72,9 @@ _RECENT_COMMITS = 20
 # files, so their size bounds what an increment costs however large the table grows.
 # Maintenance compacts to files of about as many bytes (``maintenance.target_file_bytes``).
 ROWS_PER_FILE = 1_000_000
+# And at most about this many bytes (Parquet's row group): a table of wide rows gets fewer
+# rows to a file (``rows_per_file``), so an increment rewrites no file of gigabytes.
+BYTES_PER_FILE = 128 * 1024 * 1024
 # Where the files the increment's key range spans total at most this many bytes, a merge
 # reads them all rather than list the increment's keys first (one or two Spark jobs, 0.1-0.2
 # s on a small run here, to skip a few kilobytes of files): ``_touched``.
@@ -81,6 +84,20 @@ SPANNED_BELOW = 4 * 1024 * 1024
 LEFTOVERS_REMOVED = "leftovers_removed"
 # The columns Delta refuses in a table without column mapping.
 _NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
+
+
+def rows_per_file(bytes_per_row: float | None) -> int:
+    """The rows a file holds at most, for rows of ``bytes_per_row`` (as a table's Parquet
+    files hold them; None: not known): ``ROWS_PER_FILE``, fewer where that many would pass
+    ``BYTES_PER_FILE``.
+
+    Example:
+        >>> rows_per_file(None), rows_per_file(40.0), rows_per_file(1024.0)
+        (1000000, 1000000, 131072)
+    """
+    if not bytes_per_row or bytes_per_row <= 0:
+        return ROWS_PER_FILE
+    return max(1, min(ROWS_PER_FILE, int(BYTES_PER_FILE / bytes_per_row)))
 
 
 def app_id(table: str) -> str:
@@ -484,9 +501,12 @@ class DeltaTarget:
         increment: DataFrame | None = None,
         increment_counters: Sequence[Column] = (),
         stats_columns: Sequence[str] = (),
+        bytes_per_row: float | None = None,
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit; a table
-        created by it takes deletion vectors when ``deletion_vectors``.
+        created by it takes deletion vectors when ``deletion_vectors``, and files of at
+        most ``rows_per_file(bytes_per_row)`` rows (its rows' expected size, None: not
+        known).
 
         ``above_cursor``: every staged row's watermark is above ``cursor_before``; when the
         table's statistics show no row above it either (a rewind or a reset leaves rows
@@ -559,7 +579,7 @@ class DeltaTarget:
                                 partition_by,
                                 session_indexed(spark),
                             ),
-                            "maxRecordsPerFile": str(ROWS_PER_FILE),
+                            "maxRecordsPerFile": str(rows_per_file(bytes_per_row)),
                         },
                         table=self.catalog_table,
                         **transaction,
@@ -768,24 +788,25 @@ class DeltaTarget:
         staged_rows: int,
     ) -> dict[str, str]:
         """The session settings that keep the merge's rewrite in key order, in files of at
-        most ``ROWS_PER_FILE`` rows, when it is small (``key_order``): the staged rows and
-        the rows of the files their keys may fall in. Where their range covers too many,
-        the files that hold none of the keys are left out of the count (one Spark job,
-        ``delta_io.within_files``)."""
+        most ``rows_per_file`` rows (at the table's bytes per row), when it is small
+        (``key_order``): the staged rows and the rows of the files their keys may fall in.
+        Where their range covers too many, the files that hold none of the keys are left
+        out of the count (one Spark job, ``delta_io.within_files``)."""
         table = state.table
         if table is None or table.metadata().partition_columns:
             return {}
         actions = delta_io.live_files(table)
+        per_file = rows_per_file(delta_io.bytes_per_row(actions))
         held = delta_io.rows_holding(actions, holding)
         if (
             held is not None
             and holding is not None
-            and not key_order.few(held + staged_rows, ROWS_PER_FILE)
+            and not key_order.few(held + staged_rows, per_file)
         ):
             narrowed = delta_io.within_files(staged, holding, actions)
             held = delta_io.rows_holding(actions, narrowed)
         return key_order.ordered_rewrite(
-            None if held is None else held + staged_rows, ROWS_PER_FILE, partitioned=False
+            None if held is None else held + staged_rows, per_file, partitioned=False
         )
 
     @staticmethod

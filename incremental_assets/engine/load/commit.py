@@ -100,6 +100,7 @@ def commit(
         increment=increment,
         increment_counters=extracted.counters,
         stats_columns=_stats_columns(spec, strategy.merge_plan()),
+        bytes_per_row=extracted.bytes_per_row,
     )
     if logged is None:
         return committed

@@ -95,6 +95,9 @@ class Extract:
     beside: DataFrame | None = None
     # History tables: logged events of a target commit that never happened (Staged).
     events_recovered: int = 0
+    # The bytes a row of the source takes (Source.bytes_per_row): the files of a table the
+    # run creates hold at most a file's bytes of them. None: not known, or no table created.
+    bytes_per_row: float | None = None
 
     def written(self, strategy: Strategy, counted: dict) -> Extract:
         """This extract with what the write of its ``increment`` counted (and the rows
@@ -191,6 +194,7 @@ def extract(
         counters=staged.counters,
         beside=staged.beside,
         events_recovered=staged.recovered,
+        bytes_per_row=None if state.exists else source.bytes_per_row(),
         **written,
     )
 

@@ -105,6 +105,12 @@ class Source(ABC):
             return None
         return sum(f.size or 0 for f in files)
 
+    def bytes_per_row(self) -> float | None:
+        """The bytes a row takes in the source's Parquet files, where its log records them
+        (a Delta table): what the table a first load creates sizes its files by. None when
+        unknown (files of other formats, databases)."""
+        return None
+
     def added_since(self, version: int, cursor: object, column: str) -> Additions | None:
         """Delta sources: what the commits after ``version`` added (engine/sources/
         delta_log.py). None for sources without versions."""

@@ -112,6 +112,10 @@ class DeltaSource(Source):
         """The pinned version's live files, from the log."""
         return delta_io.live_bytes(self._files)
 
+    def bytes_per_row(self) -> float | None:
+        """The pinned version's live files' bytes over their rows, from the log."""
+        return delta_io.bytes_per_row(self._files)
+
     def read(self, raw_parts: list[Part] | None = None) -> DataFrame:
         # Spark skips files by the log's statistics itself; the count is for metadata.
         self.files_read = len(delta_io.prune_files(self._files, raw_parts))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake import merge_plan, store
+from incremental_assets.engine.delta_lake.maintenance import target_file_bytes
 from incremental_assets.engine.delta_lake.store import app_id
 from incremental_assets.engine.errors import NullValuesError
 from incremental_assets.engine.load import interpreted
@@ -25,6 +27,7 @@ from incremental_assets.engine.reload import differences
 from incremental_assets.engine.spark import cores, key_ranges, runtime_conf
 from incremental_assets.engine.strategies import rows as rows_module
 from incremental_assets_tests.builders import (
+    DeltaSourceTable,
     ParquetFolder,
     at,
     load,
@@ -688,6 +691,60 @@ def test_a_rewrite_is_counted_by_the_files_its_keys_fall_in_not_every_file_their
         (4501, 5900, 1400),
     ]
     assert differences(spark, spec, target) == (0, 0)
+
+
+def test_a_table_of_wide_rows_is_written_in_files_of_a_files_bytes_not_a_million_rows(
+    spark, tmp_path, monkeypatch
+):
+    # A file holds at most ROWS_PER_FILE rows and about BYTES_PER_FILE bytes: 20 KiB here,
+    # for rows of about 1 KB (a text column of random hex), so about 20 rows a file. The
+    # first load reads the rows' size from its Delta source's log and writes files of at
+    # most that many rows, each a narrow range of keys, where it wrote one file of every
+    # row before. A later merge's rewrite of more than a file's rows is written in key
+    # order in files of as many rows (at the target's own bytes per row), and compaction
+    # aims for files of at most BYTES_PER_FILE.
+    monkeypatch.setattr(store, "BYTES_PER_FILE", 20 * 1024)
+    wide = random.Random(7)
+
+    def rows(keys, day: int, hour: int):
+        return order_rows([(n, wide.randbytes(500).hex(), 1.0, at(day, hour)) for n in keys])
+
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    source.append(rows(range(1, 201), 1, 1))
+    spec = make_spec(source.path)
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    per_row = delta_io.bytes_per_row(delta_io.live_files(DeltaTable(source.path)))
+    assert per_row is not None and per_row > 900
+    per_file = store.rows_per_file(per_row)
+    assert per_file < 30
+
+    load(spark, spec, target, 1)
+    first = _key_ranges(target)
+    assert sum(n for _, _, n in first) == 200
+    assert max(n for _, _, n in first) <= per_file
+    assert len(first) >= 200 // per_file
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(first))
+
+    # Updates to the newest file's keys and new keys above them, more than a file's rows
+    # and at most two files' worth (adaptive coalescing off, as in the tests above).
+    in_target = store.rows_per_file(delta_io.bytes_per_row(delta_io.live_files(target.open())))
+    low, _, held = first[-1]
+    new = max(1, in_target - held + 1)  # the range then holds a file's rows and more
+    source.append(rows(range(low, low + 2), 2, 1))
+    source.append(rows(range(201, 201 + new), 2, 2))
+    with delta_commits.session_settings(spark, HASH_ORDERED):
+        second = load(spark, spec, target, 2)
+    assert (second.rows_updated, second.rows_inserted) == (2, new)
+    after = _key_ranges(target)
+    assert [r for r in after if r[1] < low] == first[:-1]
+    rewritten = [r for r in after if r[1] >= low]
+    assert len(rewritten) == 2
+    assert max(n for _, _, n in rewritten) <= in_target
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(after))
+    assert differences(spark, spec, target) == (0, 0)
+
+    size = target_file_bytes(target.open())
+    assert size is not None and store.BYTES_PER_FILE - 2 * per_row < size <= store.BYTES_PER_FILE
 
 
 # Delta's write of a merge's rewrite spread over the tasks, as a cluster's many cores
