@@ -45,12 +45,20 @@ def few(rows: int, rows_per_file: int) -> bool:
     return rows <= ORDERED_FILES * rows_per_file
 
 
-def ordered_rewrite(rows: int | None, rows_per_file: int, partitioned: bool) -> dict[str, str]:
+def ordered_rewrite(
+    rows: int | None, rows_per_file: int, partitioned: bool, one_task: int | None = None
+) -> dict[str, str]:
     """The session settings under which a MERGE that writes at most ``rows`` rows (the
     files its keys may fall in, and the staged rows; None: not known) writes them in key
     order, ``rows_per_file`` to a file; none where they fit in a file, where they are too
-    many for one task, or where the table is ``partitioned``."""
-    if partitioned or rows is None or rows <= rows_per_file or not few(rows, rows_per_file):
+    many for one task (more than ``one_task`` rows; default: ``ORDERED_FILES`` files'
+    worth), or where the table is ``partitioned``.
+
+    ``one_task`` apart from ``rows_per_file``: a table of wide rows gets files of fewer
+    rows than its first write's (or an earlier release's) were, and a rewrite of one of
+    those larger files is still cut into files of the smaller bound, in key order."""
+    limit = ORDERED_FILES * rows_per_file if one_task is None else one_task
+    if partitioned or rows is None or rows <= rows_per_file or rows > limit:
         return {}
     return {
         "spark.sql.shuffle.partitions": "1",

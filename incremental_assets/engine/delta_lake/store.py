@@ -789,9 +789,12 @@ class DeltaTarget:
     ) -> dict[str, str]:
         """The session settings that keep the merge's rewrite in key order, in files of at
         most ``rows_per_file`` rows (at the table's bytes per row), when it is small
-        (``key_order``): the staged rows and the rows of the files their keys may fall in.
-        Where their range covers too many, the files that hold none of the keys are left
-        out of the count (one Spark job, ``delta_io.within_files``)."""
+        (``key_order``): the staged rows and the rows of the files their keys may fall in,
+        at most ``ORDERED_FILES`` files of ``ROWS_PER_FILE`` rows, the most one task
+        writes (wide rows' files are cut smaller; the task's bound stays in rows, so the
+        larger files of a table written before are rewritten in key order too). Where their
+        range covers too many, the files that hold none of the keys are left out of the
+        count (one Spark job, ``delta_io.within_files``)."""
         table = state.table
         if table is None or table.metadata().partition_columns:
             return {}
@@ -801,12 +804,15 @@ class DeltaTarget:
         if (
             held is not None
             and holding is not None
-            and not key_order.few(held + staged_rows, per_file)
+            and not key_order.few(held + staged_rows, ROWS_PER_FILE)
         ):
             narrowed = delta_io.within_files(staged, holding, actions)
             held = delta_io.rows_holding(actions, narrowed)
         return key_order.ordered_rewrite(
-            None if held is None else held + staged_rows, per_file, partitioned=False
+            None if held is None else held + staged_rows,
+            per_file,
+            partitioned=False,
+            one_task=key_order.ORDERED_FILES * ROWS_PER_FILE,
         )
 
     @staticmethod

@@ -704,11 +704,7 @@ def test_a_table_of_wide_rows_is_written_in_files_of_a_files_bytes_not_a_million
     # order in files of as many rows (at the target's own bytes per row), and compaction
     # aims for files of at most BYTES_PER_FILE.
     monkeypatch.setattr(store, "BYTES_PER_FILE", 20 * 1024)
-    wide = random.Random(7)
-
-    def rows(keys, day: int, hour: int):
-        return order_rows([(n, wide.randbytes(500).hex(), 1.0, at(day, hour)) for n in keys])
-
+    rows = _wide_orders()
     source = DeltaSourceTable(tmp_path / "source" / "orders")
     source.append(rows(range(1, 201), 1, 1))
     spec = make_spec(source.path)
@@ -745,6 +741,53 @@ def test_a_table_of_wide_rows_is_written_in_files_of_a_files_bytes_not_a_million
 
     size = target_file_bytes(target.open())
     assert size is not None and store.BYTES_PER_FILE - 2 * per_row < size <= store.BYTES_PER_FILE
+
+
+def test_a_file_of_wide_rows_written_before_the_bound_on_bytes_is_rewritten_in_smaller_files(
+    spark, tmp_path, monkeypatch
+):
+    # A table first written with files bounded by rows alone (by an earlier release, or
+    # from a source whose rows' size its first load did not know): its newest file holds
+    # more than two files' worth at the bound on bytes. An increment into it is rewritten
+    # in key order all the same, cut at that bound (one task writes at most two files of
+    # ROWS_PER_FILE rows), not spread by Delta over files each spanning the whole range.
+    monkeypatch.setattr(store, "BYTES_PER_FILE", 2**62)
+    rows = _wide_orders()
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    source.append(rows(range(1, 201), 1, 1))
+    spec = make_spec(source.path)
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    load(spark, spec, target, 1)
+    first = _key_ranges(target)
+    monkeypatch.setattr(store, "BYTES_PER_FILE", 20 * 1024)
+    per_file = store.rows_per_file(delta_io.bytes_per_row(delta_io.live_files(target.open())))
+    low, _, held = first[-1]
+    assert held > 2 * per_file
+
+    source.append(rows(range(low, low + 2), 2, 1))
+    source.append(rows(range(201, 204), 2, 2))
+    with delta_commits.session_settings(spark, HASH_ORDERED):
+        second = load(spark, spec, target, 2)
+    assert (second.rows_updated, second.rows_inserted) == (2, 3)
+    after = _key_ranges(target)
+    assert [r for r in after if r[1] < low] == first[:-1]
+    rewritten = [r for r in after if r[1] >= low]
+    assert [n for _, _, n in rewritten] == [per_file] * ((held + 3) // per_file) + (
+        [(held + 3) % per_file] if (held + 3) % per_file else []
+    )
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(after))
+    assert differences(spark, spec, target) == (0, 0)
+
+
+def _wide_orders():
+    """A maker of order rows of about 1 KB each (a status of 500 random bytes in hex, which
+    does not compress), the same rows in every run of a test."""
+    wide = random.Random(7)
+
+    def rows(keys, day: int, hour: int):
+        return order_rows([(n, wide.randbytes(500).hex(), 1.0, at(day, hour)) for n in keys])
+
+    return rows
 
 
 # Delta's write of a merge's rewrite spread over the tasks, as a cluster's many cores
