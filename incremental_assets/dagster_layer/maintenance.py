@@ -71,6 +71,7 @@ def maintenance_op(project: ProjectSpec, spec: TableSpec) -> dg.OpDefinition:
             compact=config.compact,
             purge=config.purge,
             zorder=tuple(spec.keys) if config.zorder_by_keys else (),
+            file_bytes=spec.target.file_size,
             retention_hours=config.retention_hours,
             enforce_retention=config.enforce_retention,
         )

@@ -565,6 +565,7 @@ def _commit(
         add_new_columns=True,
         staged_rows=staged_rows,
         deletion_vectors=spec.target.deletion_vectors,
+        file_bytes=spec.target.file_size,
     )
 
 

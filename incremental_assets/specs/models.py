@@ -566,6 +566,9 @@ class PartitioningSpec(_Spec):
 
 
 _SIZE = TypeAdapter(ByteSize)
+# What target.file_size may set (its default, None, is the engine's: 128 MiB,
+# store.BYTES_PER_FILE).
+MIN_FILE_SIZE, MAX_FILE_SIZE = 2**20, 2**30
 
 
 class TargetSpec(_Spec):
@@ -590,6 +593,16 @@ class TargetSpec(_Spec):
         "turn it on for an existing table with ALTER TABLE ... SET TBLPROPERTIES "
         "('delta.enableDeletionVectors' = 'true') (docs/runs.md).",
     )
+    file_size: ByteSize | None = Field(
+        default=None,
+        description="The most bytes one of the table's Parquet files holds (128MiB unless "
+        "set; e.g. 32MiB or 512MB, between 1MiB and 1GiB), besides at most 1M rows: "
+        "where rows are wide, a file holds fewer of them. Without deletion vectors a merge "
+        "rewrites every file its keys fall in, so smaller files make an increment cheaper "
+        "and a full scan a little dearer. The table's first write, a merge's rewrite in key "
+        "order and the maintenance's compaction follow it; changed later, it applies to the "
+        "files written from then on (docs/runs.md).",
+    )
     one_pass_below: ByteSize = Field(
         default=ByteSize(16 * 2**20),
         description="A merge whose increment's keys fall in files of the table totalling "
@@ -611,6 +624,22 @@ class TargetSpec(_Spec):
             raise ValueError(
                 f"{value!r} is not a size: write bytes or a size with its unit, e.g. "
                 "16MiB, 64MB or 0 (off)"
+            )
+        return size
+
+    @field_validator("file_size", mode="before")
+    @classmethod
+    def _a_file_size(cls, value: object) -> object:
+        if value is None:
+            return None
+        try:
+            size = -1 if isinstance(value, bool) else _SIZE.validate_python(value)
+        except Exception:
+            size = -1
+        if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE:
+            raise ValueError(
+                f"{value!r} is not a file size between 1MiB and 1GiB: write bytes or a size "
+                "with its unit, e.g. 128MiB (the default), 32MiB or 512MB"
             )
         return size
 

@@ -518,6 +518,26 @@ def test_a_one_pass_size_reads_with_its_unit(tmp_path, size, bytes_):
     assert load_project(write(tmp_path, text)).tables[0].target.one_pass_below == bytes_
 
 
+@pytest.mark.parametrize("size", ["huge", "0", "512KiB", "2GiB", "-1", "true", "[64MiB]"])
+def test_a_file_size_outside_1mib_to_1gib_is_refused_naming_the_field(tmp_path, size):
+    text = ORDERS.replace("partitioning:", f"target: {{file_size: {size}}}\n    partitioning:")
+
+    message = problem(spec_error(tmp_path, text), "orders", "target.file_size")
+
+    assert "is not a file size between 1MiB and 1GiB" in message
+    assert "e.g. 128MiB (the default), 32MiB or 512MB" in message
+
+
+@pytest.mark.parametrize(
+    ("size", "bytes_"), [("32MiB", 32 * 2**20), ("512 MB", 512_000_000), ("1GiB", 2**30)]
+)
+def test_a_file_size_reads_with_its_unit_and_is_unset_by_default(tmp_path, size, bytes_):
+    text = ORDERS.replace("partitioning:", f"target: {{file_size: {size}}}\n    partitioning:")
+
+    assert load_project(write(tmp_path, text)).tables[0].target.file_size == bytes_
+    assert load_project(write(tmp_path, ORDERS)).tables[0].target.file_size is None
+
+
 @pytest.mark.parametrize(
     ("retries", "says"),
     [

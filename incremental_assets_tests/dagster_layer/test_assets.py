@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
+import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
@@ -314,3 +316,30 @@ def test_a_table_loads_its_latest_day_once_the_day_has_ended(tmp_path, instance)
     assert at_midnight == {("orders", "2026-01-03"), ("orders:no_late_rows_waiting", None)}
     assert later == set()  # requested once per tick
     assert half_past == {("orders:no_late_rows_waiting", None)}  # hourly, at half past
+
+
+def test_the_maintenance_job_compacts_to_the_tables_file_size(tmp_path, spark, instance):
+    # Eight files of about 300 KB (rows of about 1 KB of random hex): compaction aims for
+    # files of target.file_size, 1MiB here, so it packs them into bins of at most that;
+    # at the default (about 128 MiB) it packs all eight into one file.
+    (tmp_path / "tables.yaml").write_text(
+        ORDERS_YAML.rstrip() + "\n    target: {file_size: 1MiB}\n"
+    )
+    spec = load_project(tmp_path / "tables.yaml")
+    path = spec.target_path(spec.tables[0])
+    notes = random.Random(5)
+    for n in range(8):
+        keys = pa.array(range(n * 300, (n + 1) * 300), pa.int64())
+        wide = [notes.randbytes(500).hex() for _ in range(300)]
+        write_deltalake(path, pa.table({"order_id": keys, "note": wide}), mode="append")
+
+    result = (
+        build_definitions(spec).get_job_def("maintain_tables").execute_in_process(instance=instance)
+    )
+
+    assert result.success
+    table = DeltaTable(path)
+    sizes = pa.table(table.get_add_actions(flatten=True))["size_bytes"].to_pylist()
+    assert 2 <= len(sizes) < 8, sizes
+    assert max(sizes) <= 1.05 * 2**20, sizes
+    assert table.to_pyarrow_table().num_rows == 2400

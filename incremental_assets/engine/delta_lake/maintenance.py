@@ -50,7 +50,8 @@ class MaintenanceSettings:
     """What to do to each Delta table.
 
     ``target_size`` is the size compaction aims for (default: about ``ROWS_PER_FILE``
-    rows of the table, at most about ``BYTES_PER_FILE``: ``target_file_bytes``).
+    rows of the table, at most about ``file_bytes``, the table's ``target.file_size``,
+    else ``BYTES_PER_FILE``: ``target_file_bytes``).
     ``zorder`` rewrites every file sorted along these columns (e.g. the keys), which keeps
     each file's key range narrow so merges rewrite fewer files, at the price of rewriting
     the whole table; without it, compaction bin-packs small files only. ``purge`` first
@@ -65,6 +66,7 @@ class MaintenanceSettings:
     purge: bool = True
     zorder: tuple[str, ...] = ()
     target_size: int | None = None
+    file_bytes: int | None = None
     retention_hours: int | None = 168
     enforce_retention: bool = True
 
@@ -192,7 +194,7 @@ def _optimize(
     if settings.zorder:
         sql += f" ZORDER BY ({', '.join(_quoted(c) for c in settings.zorder)})"
     conf = _tag("zorder" if settings.zorder else "compact")
-    size = settings.target_size or target_file_bytes(target.open())
+    size = settings.target_size or target_file_bytes(target.open(), settings.file_bytes)
     if size:
         # Files of at least half the target are left as they are: compaction packs the
         # small files increments add, and never merges the first write's bounded files.
@@ -203,15 +205,15 @@ def _optimize(
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
 
 
-def target_file_bytes(table: DeltaTable) -> int | None:
+def target_file_bytes(table: DeltaTable, file_bytes: int | None = None) -> int | None:
     """The size of a file of ``rows_per_file`` rows of this table (``ROWS_PER_FILE``, fewer
-    for wide rows), from its live files' bytes per row (None for an empty table): what
-    compaction aims for, so it keeps the files about as large as the first write made
-    them."""
+    for wide rows: at most ``file_bytes``, None: ``BYTES_PER_FILE``), from its live files'
+    bytes per row (None for an empty table): what compaction aims for, so it keeps the
+    files about as large as the first write made them."""
     per_row = delta_io.bytes_per_row(delta_io.live_files(table))
     if per_row is None:
         return None
-    return max(int(per_row * rows_per_file(per_row)), 1)
+    return max(int(per_row * rows_per_file(per_row, file_bytes)), 1)
 
 
 def _purge(spark: SparkSession, target: DeltaTarget) -> tuple[int, int]:

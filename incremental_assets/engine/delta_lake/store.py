@@ -72,8 +72,9 @@ _RECENT_COMMITS = 20
 # files, so their size bounds what an increment costs however large the table grows.
 # Maintenance compacts to files of about as many bytes (``maintenance.target_file_bytes``).
 ROWS_PER_FILE = 1_000_000
-# And at most about this many bytes (Parquet's row group): a table of wide rows gets fewer
-# rows to a file (``rows_per_file``), so an increment rewrites no file of gigabytes.
+# And at most about this many bytes (Parquet's row group; a table's ``target.file_size``
+# sets another): a table of wide rows gets fewer rows to a file (``rows_per_file``), so an
+# increment rewrites no file of gigabytes.
 BYTES_PER_FILE = 128 * 1024 * 1024
 # Where the files the increment's key range spans total at most this many bytes, a merge
 # reads them all rather than list the increment's keys first (one or two Spark jobs, 0.1-0.2
@@ -86,18 +87,21 @@ LEFTOVERS_REMOVED = "leftovers_removed"
 _NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
 
-def rows_per_file(bytes_per_row: float | None) -> int:
+def rows_per_file(bytes_per_row: float | None, file_bytes: int | None = None) -> int:
     """The rows a file holds at most, for rows of ``bytes_per_row`` (as a table's Parquet
     files hold them; None: not known): ``ROWS_PER_FILE``, fewer where that many would pass
-    ``BYTES_PER_FILE``.
+    ``file_bytes`` (a table's ``target.file_size``; None: ``BYTES_PER_FILE``).
 
     Example:
         >>> rows_per_file(None), rows_per_file(40.0), rows_per_file(1024.0)
         (1000000, 1000000, 131072)
+        >>> rows_per_file(1024.0, file_bytes=32 * 2**20)
+        32768
     """
     if not bytes_per_row or bytes_per_row <= 0:
         return ROWS_PER_FILE
-    return max(1, min(ROWS_PER_FILE, int(BYTES_PER_FILE / bytes_per_row)))
+    bound = file_bytes or BYTES_PER_FILE
+    return max(1, min(ROWS_PER_FILE, int(bound / bytes_per_row)))
 
 
 def app_id(table: str) -> str:
@@ -502,11 +506,13 @@ class DeltaTarget:
         increment_counters: Sequence[Column] = (),
         stats_columns: Sequence[str] = (),
         bytes_per_row: float | None = None,
+        file_bytes: int | None = None,
     ) -> CommitResult:
         """Land the staged increment and the new cursor in one Delta commit; a table
         created by it takes deletion vectors when ``deletion_vectors``, and files of at
-        most ``rows_per_file(bytes_per_row)`` rows (its rows' expected size, None: not
-        known).
+        most ``rows_per_file(bytes_per_row, file_bytes)`` rows (its rows' expected size,
+        None: not known; the bytes a file holds at most, None: ``BYTES_PER_FILE``), as
+        does a merge's rewrite in key order (at the table's own bytes per row).
 
         ``above_cursor``: every staged row's watermark is above ``cursor_before``; when the
         table's statistics show no row above it either (a rewind or a reset leaves rows
@@ -579,7 +585,7 @@ class DeltaTarget:
                                 partition_by,
                                 session_indexed(spark),
                             ),
-                            "maxRecordsPerFile": str(rows_per_file(bytes_per_row)),
+                            "maxRecordsPerFile": str(rows_per_file(bytes_per_row, file_bytes)),
                         },
                         table=self.catalog_table,
                         **transaction,
@@ -636,7 +642,7 @@ class DeltaTarget:
             add_new_columns,
             table=self.catalog_table,
         )
-        ordered = self._ordered_rewrite(state, staged, holding, staged_rows)
+        ordered = self._ordered_rewrite(state, staged, holding, staged_rows, file_bytes)
         self._write(lambda: self._merge(spark, merge, record, transaction, ordered))
         found = self._committed(record)
         result = _result(found["operation_metrics"], found["version"])
@@ -786,9 +792,11 @@ class DeltaTarget:
         staged: DataFrame,
         holding: delta_io.KeySet | None,
         staged_rows: int,
+        file_bytes: int | None = None,
     ) -> dict[str, str]:
         """The session settings that keep the merge's rewrite in key order, in files of at
-        most ``rows_per_file`` rows (at the table's bytes per row), when it is small
+        most ``rows_per_file`` rows (at the table's bytes per row and ``file_bytes``), when
+        it is small
         (``key_order``): the staged rows and the rows of the files their keys may fall in,
         at most ``ORDERED_FILES`` files of ``ROWS_PER_FILE`` rows, the most one task
         writes (wide rows' files are cut smaller; the task's bound stays in rows, so the
@@ -799,7 +807,7 @@ class DeltaTarget:
         if table is None or table.metadata().partition_columns:
             return {}
         actions = delta_io.live_files(table)
-        per_file = rows_per_file(delta_io.bytes_per_row(actions))
+        per_file = rows_per_file(delta_io.bytes_per_row(actions), file_bytes)
         held = delta_io.rows_holding(actions, holding)
         if (
             held is not None

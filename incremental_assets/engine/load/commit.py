@@ -101,6 +101,7 @@ def commit(
         increment_counters=extracted.counters,
         stats_columns=_stats_columns(spec, strategy.merge_plan()),
         bytes_per_row=extracted.bytes_per_row,
+        file_bytes=spec.target.file_size,
     )
     if logged is None:
         return committed

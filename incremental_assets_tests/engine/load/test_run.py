@@ -779,6 +779,50 @@ def test_a_file_of_wide_rows_written_before_the_bound_on_bytes_is_rewritten_in_s
     assert differences(spark, spec, target) == (0, 0)
 
 
+def test_a_tables_file_size_bounds_its_first_write_its_rewrite_and_its_compaction(spark, tmp_path):
+    # target.file_size: 1MiB (the least it takes) for rows of about 1 KB: about a thousand
+    # rows a file, where the default (128 MiB) puts all 3,000 in the session's two key
+    # ranges' files. The first write, a merge's rewrite in key order of more than a file's
+    # rows, and compaction's aim all follow it.
+    rows = _wide_orders()
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    source.append(rows(range(1, 3001), 1, 1))
+    spec = make_spec(source.path, target={"file_size": "1MiB"})
+    assert spec.target.file_size == 2**20
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+
+    load(spark, spec, target, 1)
+    first = _key_ranges(target)
+    per_row = delta_io.bytes_per_row(delta_io.live_files(target.open()))
+    per_file = store.rows_per_file(per_row, 2**20)
+    assert 500 < per_file < 1100
+    assert sum(n for _, _, n in first) == 3000
+    assert len(first) >= 3000 // per_file
+    assert max(n for _, _, n in first) <= store.rows_per_file(per_row * 0.99, 2**20)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(first))
+    sizes = pa.table(target.open().get_add_actions(flatten=True))["size_bytes"].to_pylist()
+    assert max(sizes) <= 1.05 * 2**20
+
+    # Two updates in the newest file and enough new keys above it that its range holds
+    # more than a file's rows: rewritten in key order, in files of at most a file's rows.
+    low, _, held = first[-1]
+    new = per_file - held + 10
+    source.append(rows(range(low, low + 2), 2, 1))
+    source.append(rows(range(3001, 3001 + new), 2, 2))
+    with delta_commits.session_settings(spark, HASH_ORDERED):
+        second = load(spark, spec, target, 2)
+    assert (second.rows_updated, second.rows_inserted) == (2, new)
+    after = _key_ranges(target)
+    assert [r for r in after if r[1] < low] == first[:-1]
+    rewritten = [r for r in after if r[1] >= low]
+    assert [n for _, _, n in rewritten] == [per_file, held + new - per_file]
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(after))
+    assert differences(spark, spec, target) == (0, 0)
+
+    size = target_file_bytes(target.open(), spec.target.file_size)
+    assert size is not None and 2**20 - 2 * per_row < size <= 2**20
+
+
 def _wide_orders():
     """A maker of order rows of about 1 KB each (a status of 500 random bytes in hex, which
     does not compress), the same rows in every run of a test."""
