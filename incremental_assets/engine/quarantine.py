@@ -121,6 +121,7 @@ def replay(
                 partition_by=list(spec.target.partition_by),
                 add_new_columns=False,
                 staged_rows=staged_rows,
+                file_bytes=spec.target.file_size,
             )
             _release(spark, held, f"{stage}/released", identity_of(spec))
     return ReplayResult(

@@ -566,6 +566,21 @@ class PartitioningSpec(_Spec):
 
 
 _SIZE = TypeAdapter(ByteSize)
+# A size as bytes or a number and its unit, nothing after it (pydantic's ByteSize reads
+# "32MiB per file" as 32MiB).
+_SIZE_TEXT = re.compile(r"\s*\d+(\.\d+)?\s*[A-Za-z]*\s*")
+
+
+def _bytes(value: object) -> int:
+    """``value`` (bytes, or text such as 16MiB) as bytes; -1 when it is not a size."""
+    if isinstance(value, bool) or (isinstance(value, str) and not _SIZE_TEXT.fullmatch(value)):
+        return -1
+    try:
+        return int(_SIZE.validate_python(value))
+    except Exception:
+        return -1
+
+
 # What target.file_size may set (its default, None, is the engine's: 128 MiB,
 # store.BYTES_PER_FILE).
 MIN_FILE_SIZE, MAX_FILE_SIZE = 2**20, 2**30
@@ -595,13 +610,16 @@ class TargetSpec(_Spec):
     )
     file_size: ByteSize | None = Field(
         default=None,
-        description="The most bytes one of the table's Parquet files holds (128MiB unless "
-        "set; e.g. 32MiB or 512MB, between 1MiB and 1GiB), besides at most 1M rows: "
+        description="About the most bytes one of the table's Parquet files holds (128MiB "
+        "unless set; e.g. 32MiB or 512MB, between 1MiB and 1GiB), besides at most 1M rows: "
         "where rows are wide, a file holds fewer of them. Without deletion vectors a merge "
         "rewrites every file its keys fall in, so smaller files make an increment cheaper "
-        "and a full scan a little dearer. The table's first write, a merge's rewrite in key "
-        "order and the maintenance's compaction follow it; changed later, it applies to the "
-        "files written from then on (docs/runs.md).",
+        "and a full scan a little dearer. Followed by a merge's rewrite in key order and "
+        "the maintenance's compaction (at the table's own bytes per row), and by the first "
+        "write where the source's log gives its rows' size (Delta sources; other sources' "
+        "first write bounds rows only). Changed later, it applies to the files written from "
+        "then on; raised, compaction also packs the smaller files written before (docs/"
+        "runs.md).",
     )
     one_pass_below: ByteSize = Field(
         default=ByteSize(16 * 2**20),
@@ -616,10 +634,7 @@ class TargetSpec(_Spec):
     @field_validator("one_pass_below", mode="before")
     @classmethod
     def _a_size(cls, value: object) -> object:
-        try:
-            size = -1 if isinstance(value, bool) else _SIZE.validate_python(value)
-        except Exception:
-            size = -1
+        size = _bytes(value)
         if size < 0:
             raise ValueError(
                 f"{value!r} is not a size: write bytes or a size with its unit, e.g. "
@@ -632,10 +647,7 @@ class TargetSpec(_Spec):
     def _a_file_size(cls, value: object) -> object:
         if value is None:
             return None
-        try:
-            size = -1 if isinstance(value, bool) else _SIZE.validate_python(value)
-        except Exception:
-            size = -1
+        size = _bytes(value)
         if not MIN_FILE_SIZE <= size <= MAX_FILE_SIZE:
             raise ValueError(
                 f"{value!r} is not a file size between 1MiB and 1GiB: write bytes or a size "

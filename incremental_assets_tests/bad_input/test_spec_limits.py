@@ -501,7 +501,7 @@ def test_a_number_out_of_range_is_refused_naming_the_field(tmp_path, old, new, f
     assert says in problem(spec_error(tmp_path, SHOP.replace(old, new)), "orders", field)
 
 
-@pytest.mark.parametrize("size", ["lots", "-1", "16 parsecs", "true", "[16MiB]"])
+@pytest.mark.parametrize("size", ["lots", "-1", "16 parsecs", "true", "[16MiB]", "16MiB a run"])
 def test_a_one_pass_size_that_is_not_a_size_is_refused_naming_the_field(tmp_path, size):
     text = ORDERS.replace("partitioning:", f"target: {{one_pass_below: {size}}}\n    partitioning:")
 
@@ -518,7 +518,9 @@ def test_a_one_pass_size_reads_with_its_unit(tmp_path, size, bytes_):
     assert load_project(write(tmp_path, text)).tables[0].target.one_pass_below == bytes_
 
 
-@pytest.mark.parametrize("size", ["huge", "0", "512KiB", "2GiB", "-1", "true", "[64MiB]"])
+@pytest.mark.parametrize(
+    "size", ["huge", "0", "512KiB", "2GiB", "-1", "true", "[64MiB]", "32MiB per file"]
+)
 def test_a_file_size_outside_1mib_to_1gib_is_refused_naming_the_field(tmp_path, size):
     text = ORDERS.replace("partitioning:", f"target: {{file_size: {size}}}\n    partitioning:")
 
