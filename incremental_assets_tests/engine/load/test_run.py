@@ -724,16 +724,9 @@ def test_a_table_of_wide_rows_is_written_in_files_of_a_files_bytes_not_a_million
     # Updates to the newest file's keys and new keys above them, more than a file's rows
     # and at most two files' worth (adaptive coalescing off, as in the tests above).
     in_target = store.rows_per_file(delta_io.bytes_per_row(delta_io.live_files(target.open())))
-    low, _, held = first[-1]
+    held = first[-1][2]
     new = max(1, in_target - held + 1)  # the range then holds a file's rows and more
-    source.append(rows(range(low, low + 2), 2, 1))
-    source.append(rows(range(201, 201 + new), 2, 2))
-    with delta_commits.session_settings(spark, HASH_ORDERED):
-        second = load(spark, spec, target, 2)
-    assert (second.rows_updated, second.rows_inserted) == (2, new)
-    after = _key_ranges(target)
-    assert [r for r in after if r[1] < low] == first[:-1]
-    rewritten = [r for r in after if r[1] >= low]
+    after, rewritten = _updated_and_grown(spark, source, spec, target, rows, first, new, 201)
     assert len(rewritten) == 2
     assert max(n for _, _, n in rewritten) <= in_target
     assert all(a[1] < b[0] for a, b in itertools.pairwise(after))
@@ -761,17 +754,10 @@ def test_a_file_of_wide_rows_written_before_the_bound_on_bytes_is_rewritten_in_s
     first = _key_ranges(target)
     monkeypatch.setattr(store, "BYTES_PER_FILE", 20 * 1024)
     per_file = store.rows_per_file(delta_io.bytes_per_row(delta_io.live_files(target.open())))
-    low, _, held = first[-1]
+    held = first[-1][2]
     assert held > 2 * per_file
 
-    source.append(rows(range(low, low + 2), 2, 1))
-    source.append(rows(range(201, 204), 2, 2))
-    with delta_commits.session_settings(spark, HASH_ORDERED):
-        second = load(spark, spec, target, 2)
-    assert (second.rows_updated, second.rows_inserted) == (2, 3)
-    after = _key_ranges(target)
-    assert [r for r in after if r[1] < low] == first[:-1]
-    rewritten = [r for r in after if r[1] >= low]
+    after, rewritten = _updated_and_grown(spark, source, spec, target, rows, first, 3, 201)
     assert [n for _, _, n in rewritten] == [per_file] * ((held + 3) // per_file) + (
         [(held + 3) % per_file] if (held + 3) % per_file else []
     )
@@ -805,22 +791,31 @@ def test_a_tables_file_size_bounds_its_first_write_its_rewrite_and_its_compactio
 
     # Two updates in the newest file and enough new keys above it that its range holds
     # more than a file's rows: rewritten in key order, in files of at most a file's rows.
-    low, _, held = first[-1]
+    held = first[-1][2]
     new = per_file - held + 10
-    source.append(rows(range(low, low + 2), 2, 1))
-    source.append(rows(range(3001, 3001 + new), 2, 2))
-    with delta_commits.session_settings(spark, HASH_ORDERED):
-        second = load(spark, spec, target, 2)
-    assert (second.rows_updated, second.rows_inserted) == (2, new)
-    after = _key_ranges(target)
-    assert [r for r in after if r[1] < low] == first[:-1]
-    rewritten = [r for r in after if r[1] >= low]
+    after, rewritten = _updated_and_grown(spark, source, spec, target, rows, first, new, 3001)
     assert [n for _, _, n in rewritten] == [per_file, held + new - per_file]
     assert all(a[1] < b[0] for a, b in itertools.pairwise(after))
     assert differences(spark, spec, target) == (0, 0)
 
     size = target_file_bytes(target.open(), spec.target.file_size)
     assert size is not None and 2**20 - 2 * per_row < size <= 2**20
+
+
+def _updated_and_grown(spark, source, spec, target, rows, first, new: int, above: int):
+    """Day 2 of a wide-rows test: updates to the two lowest keys of the newest file of
+    ``first`` (the target's key ranges) and ``new`` keys from ``above``, loaded with Delta's
+    write spread over the tasks (``HASH_ORDERED``); the files after it, and those at or
+    above the newest file's lowest key (the files before it are left as they were)."""
+    low = first[-1][0]
+    source.append(rows(range(low, low + 2), 2, 1))
+    source.append(rows(range(above, above + new), 2, 2))
+    with delta_commits.session_settings(spark, HASH_ORDERED):
+        second = load(spark, spec, target, 2)
+    assert (second.rows_updated, second.rows_inserted) == (2, new)
+    after = _key_ranges(target)
+    assert [r for r in after if r[1] < low] == first[:-1]
+    return after, [r for r in after if r[1] >= low]
 
 
 def _wide_orders():
