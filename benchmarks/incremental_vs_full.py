@@ -78,6 +78,7 @@ from incremental_assets.engine.delta_lake.maintenance import MaintenanceSettings
 from incremental_assets.engine.delta_lake.store import Tombstones, operation_metrics, row_count
 from incremental_assets.engine.spark_session import local_session
 from incremental_assets.engine.watermarks import to_transaction_version
+from incremental_assets.specs import TableSpec
 
 DLT_MISSING = "dlt is not installed; pip install -e '.[bench]' adds its lines"
 PHASES = {"probed": "extract", "staged": "commit", "committed": "after commit"}
@@ -135,9 +136,14 @@ class Aging:
     files_compacted: int
     scan_s: float
     compacted_scan_s: float
+    # A second series of scans of the compacted copy: the noise band of the ratio.
+    compacted_again_s: float
     maintenance_s: float
     # The target's live files at the end, by their lowest key: (lowest, highest, rows).
     layout: list[tuple[Any, Any, int]] = field(default_factory=list)
+    # target.compact_after of the runs (None: unset), and the runs that compacted.
+    compact_after: int | None = None
+    compactions: int = 0
 
 
 @dataclass
@@ -498,16 +504,18 @@ def age(
     seconds: dict[int, list[float]] = {i: [] for i in range(len(targets))}
     rows_written: dict[int, list[int]] = {i: [] for i in range(len(targets))}
     maintenance = [0.0] * len(targets)
+    compactions = [0] * len(targets)
     for n in range(1, args.aging_runs + 1):
         increment = scenario.increment(rows, args.increment, seed=rows, round_=n)
         scenario.apply(source, increment)
         for i, (p, _, target) in enumerate(targets):
-            spec = p.case.spec(source, target.path)
+            spec = with_compaction(p.case.spec(source, target.path), args.compact_after)
             before = version_of(target.path)
             run = bench.load("aging", spec, target, increment_request(increment, f"a{n}"), stage)
+            compactions[i] += bool(run.result.files_compacted)
             seconds[i].append(run.seconds)
             rows_written[i].append(written(target.path, before)[0])
-            if n % args.maintain_every == 0 and n < args.aging_runs:
+            if args.maintain_every and n % args.maintain_every == 0 and n < args.aging_runs:
                 m, _ = bench.measured("maintenance", [], lambda t=target: maintain(spark, t))
                 maintenance[i] += m.seconds
         say(f"aging: run {n} of {args.aging_runs}")
@@ -516,7 +524,7 @@ def age(
         compact = str(p.root / "compacted")
         copy_table(target.path, compact)
         maintain(spark, DeltaTarget("orders", compact))
-        scan, fresh = scans(spark, target.path, compact, args.scan_repeats)
+        scan, fresh, again = scans(spark, target.path, compact, args.scan_repeats)
         out.append(
             Aging(
                 case=p.case.name,
@@ -530,7 +538,10 @@ def age(
                 files_compacted=len(DeltaTarget("orders", compact).open().file_uris()),
                 scan_s=scan,
                 compacted_scan_s=fresh,
+                compacted_again_s=again,
                 maintenance_s=maintenance[i],
+                compact_after=args.compact_after,
+                compactions=compactions[i],
                 layout=layout(target, p.case.spec(source, target.path).keys[0]),
             )
         )
@@ -540,6 +551,14 @@ def age(
         )
         shutil.rmtree(compact, ignore_errors=True)
     return out
+
+
+def with_compaction(spec: TableSpec, compact_after: int | None) -> TableSpec:
+    """``spec`` with ``target.compact_after`` (None: as the spec has it, unset)."""
+    if compact_after is None:
+        return spec
+    target = spec.target.model_copy(update={"compact_after": compact_after})
+    return spec.model_copy(update={"target": target})
 
 
 def layout(target: DeltaTarget, key: str) -> list[tuple[Any, Any, int]]:
@@ -556,9 +575,11 @@ def maintain(spark, target: DeltaTarget) -> None:
     maintain_table(spark, target, MaintenanceSettings(retention_hours=None))
 
 
-def scans(spark, path: str, compacted: str, repeats: int) -> tuple[float, float]:
-    """Median seconds of a full scan (every column of every row) of each table, the two
-    alternating so both see the same machine."""
+def scans(spark, path: str, compacted: str, repeats: int) -> tuple[float, float, float]:
+    """Median seconds of a full scan (every column of every row) of each table, after one
+    scan of each that is not counted (the snapshot's and the files' first reads), taking
+    turns so both see the same machine; and the median of a second series of scans of the
+    compacted copy, taken in the same turns: the noise band (two series of one table)."""
     import time
 
     def scan(p: str) -> float:
@@ -566,11 +587,14 @@ def scans(spark, path: str, compacted: str, repeats: int) -> tuple[float, float]
         spark.read.format("delta").load(p).selectExpr("sum(hash(*))").collect()
         return time.perf_counter() - started
 
-    a, b = [], []
+    scan(path)
+    scan(compacted)
+    a, b, c = [], [], []
     for _ in range(repeats):
         a.append(scan(path))
         b.append(scan(compacted))
-    return statistics.median(a), statistics.median(b)
+        c.append(scan(compacted))
+    return statistics.median(a), statistics.median(b), statistics.median(c)
 
 
 # --- the 200M target ------------------------------------------------------------------
@@ -667,9 +691,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=10,
         help="the maintenance job runs after every this many of the repeated runs "
-        "(default: %(default)s)",
+        "(default: %(default)s; 0: never)",
     )
-    parser.add_argument("--scan-repeats", type=int, default=3, help="full scans, median")
+    parser.add_argument(
+        "--compact-after",
+        type=int,
+        default=None,
+        help="target.compact_after of the repeated runs: a run leaving this many small "
+        "files compacts them (default: unset, as a table's spec has it)",
+    )
+    parser.add_argument(
+        "--scan-repeats", type=int, default=7, help="full scans of each table, median"
+    )
     parser.add_argument(
         "--huge",
         type=int,

@@ -146,6 +146,14 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
                 "delta.enableChangeDataFeed = true on the source to have them read, or "
                 f"run incremental-assets reconcile {spec.name}."
             )
+        if result.compaction_note:
+            context.log.warning(f"{spec.name}: {result.compaction_note}")
+        elif result.files_compacted:
+            context.log.info(
+                f"{spec.name}: {result.small_files} small files, compacted "
+                f"{result.files_compacted} into {result.files_compacted_into} (Delta version "
+                f"{result.compaction_version})"
+            )
         if unrecorded:
             metadata["recovered_commits"] = ", ".join(str(v) for v in unrecorded)
             context.log.warning(

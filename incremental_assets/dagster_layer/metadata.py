@@ -138,4 +138,14 @@ def load_metadata(result: LoadResult, target_path: str) -> dict:
         metadata["rows_late"] = result.rows_late
     if result.late_unchecked:
         metadata["source_versions_unchecked"] = result.late_unchecked
+    if result.small_files is not None:
+        # Tables with target.compact_after: the small files the load left, and the
+        # compaction after its commit (0 when not due).
+        metadata["small_files"] = result.small_files
+        metadata["files_compacted"] = result.files_compacted
+        metadata["files_compacted_into"] = result.files_compacted_into
+        if result.compaction_version is not None:
+            metadata["compaction_version"] = result.compaction_version
+    if result.compaction_note:
+        metadata["compaction_note"] = result.compaction_note
     return metadata

@@ -59,6 +59,7 @@ from incremental_assets.engine.landing_folder import (
     spark_path,
 )
 from incremental_assets.engine.landing_schema import Opener, csv_header, read_schema
+from incremental_assets.engine.load.compact import compact_after_load
 from incremental_assets.engine.load.interpreted import interpreted, is_small, table_bytes
 from incremental_assets.engine.load.result import LoadResult
 from incremental_assets.engine.sources import source_class
@@ -619,6 +620,7 @@ def run_landing_load(
         )
     commit = report.commit
     committed = bool(commit and commit.committed)
+    compaction, note = compact_after_load(spark, target, spec.target) if committed else (None, "")
     return LoadResult(
         table=spec.name,
         mode="landing",
@@ -639,4 +641,4 @@ def run_landing_load(
         source=f"{spec.source.format} landing folder {spec.source.path}",
         landing=report,
         interpreted=report.interpreted,
-    )
+    ).compacted(compaction, note)

@@ -621,6 +621,15 @@ class TargetSpec(_Spec):
         "then on; raised, compaction also packs the smaller files written before (docs/"
         "runs.md).",
     )
+    compact_after: int | None = Field(
+        default=None,
+        description="Compact the table's small files (under half the size compaction aims "
+        "for, in partitions holding two or more) after a load that leaves at least this many "
+        "(e.g. 8): the run itself runs Delta's OPTIMIZE, in a commit of its own that changes "
+        "no row, as the maintenance job would. Keeps full scans fast between maintenance "
+        "runs, at the price of an occasional slower run. Unset (the default): only the "
+        "maintenance job compacts (docs/operations.md).",
+    )
     one_pass_below: ByteSize = Field(
         default=ByteSize(16 * 2**20),
         description="A merge whose increment's keys fall in files of the table totalling "
@@ -654,6 +663,19 @@ class TargetSpec(_Spec):
                 "with its unit, e.g. 128MiB (the default), 32MiB or 512MB"
             )
         return size
+
+    @field_validator("compact_after", mode="before")
+    @classmethod
+    def _a_file_count(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 10_000:
+            raise ValueError(
+                f"{value!r} is not a count of small files between 2 and 10000: e.g. 8 (a load "
+                "leaving 8 or more compacts them); leave it out to compact only in the "
+                "maintenance job"
+            )
+        return value
 
     @field_validator("path")
     @classmethod

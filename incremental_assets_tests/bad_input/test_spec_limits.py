@@ -583,3 +583,22 @@ def test_yaml_errors_are_one_line_naming_the_file_and_line(tmp_path):
     message = problem(err, None, "yaml")
     assert "\n" not in message
     assert message.startswith(f"{tmp_path / 'tables.yaml'}, line 10, column ")
+
+
+@pytest.mark.parametrize("count", ["0", "1", "-4", "10001", "many", "true", "2.5", "[8]"])
+def test_a_compaction_threshold_below_two_files_or_not_a_count_is_refused_naming_the_field(
+    tmp_path, count
+):
+    text = ORDERS.replace("partitioning:", f"target: {{compact_after: {count}}}\n    partitioning:")
+
+    message = problem(spec_error(tmp_path, text), "orders", "target.compact_after")
+
+    assert "is not a count of small files between 2 and 10000: e.g. 8" in message
+
+
+def test_a_compaction_threshold_reads_as_a_count_of_files(tmp_path):
+    text = ORDERS.replace("partitioning:", "target: {compact_after: 8}\n    partitioning:")
+    unset = load_project(write(tmp_path / "unset", ORDERS)).tables[0].target
+
+    assert load_project(write(tmp_path, text)).tables[0].target.compact_after == 8
+    assert unset.compact_after is None

@@ -80,6 +80,31 @@ def test_materialization_reports_counts_watermarks_version_and_phase_times(proje
     }
 
 
+def test_a_load_that_compacts_reports_it_and_its_checks_judge_the_loads_commit(
+    tmp_path, spark, instance
+):
+    # target.compact_after: 2. The second day's new orders make a second small file (no
+    # lookback: no row of the first file is read again): the run compacts the two after its
+    # commit, says so, and its checks still pass (they judge the load's own commit).
+    yaml_text = ORDERS_YAML.replace("lookback: 1h", "lookback: 0s").rstrip()
+    project = Project(tmp_path, yaml_text + "\n    target: {compact_after: 2}\n")
+    project.source.upsert([(1, "placed", 1.0, at(1, 5)), (2, "placed", 2.0, at(1, 6))])
+    first = metadata_of(project.materialize(instance, "2026-01-01"))
+    project.source.upsert([(3, "placed", 3.0, at(2, 2)), (4, "placed", 4.0, at(2, 3))])
+
+    result = project.materialize(instance, "2026-01-02")
+
+    assert (first["small_files"], first["files_compacted"]) == (0, 0)
+    meta = metadata_of(result)
+    assert (meta["small_files"], meta["files_compacted"], meta["files_compacted_into"]) == (2, 2, 1)
+    assert meta["compaction_version"] == meta["delta_version"] + 1
+    assert DeltaTable(project.target.path).version() == meta["compaction_version"]
+    assert len(DeltaTable(project.target.path).file_uris()) == 1
+    assert meta["seconds_compact"] >= 0
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    assert meta["dagster/row_count"] == 4
+
+
 def test_backfill_of_a_range_is_one_run_and_equals_partition_by_partition(
     tmp_path, spark, instance
 ):

@@ -30,6 +30,7 @@ import json
 import re
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
@@ -203,6 +204,55 @@ def _optimize(
     with delta_commits.session_settings(spark, conf):
         metrics = spark.sql(sql).collect()[0]["metrics"]
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A load's compaction of the table's small files (``compact_if_due``): the small
+    files the load left, and what the compaction removed and wrote (0 when not due)."""
+
+    small_files: int
+    files_compacted: int = 0
+    files_written: int = 0
+    version: int | None = None
+
+
+def compact_if_due(
+    spark: SparkSession, target: DeltaTarget, at: int, file_bytes: int | None = None
+) -> Compaction:
+    """Compact the table's small files when there are at least ``at`` of them (``small_files``)
+    : the maintenance job's compaction (OPTIMIZE, a commit of its own that changes no row,
+    tagged as maintenance), run by a load right after its commit (``target.compact_after``)."""
+    table = target.open()
+    size = target_file_bytes(table, file_bytes)
+    if size is None:
+        return Compaction(small_files=0)
+    partitions = list(table.metadata().partition_columns)
+    small = small_files(delta_io.live_files(table), size // 2, partitions)
+    if small < at:
+        return Compaction(small_files=small)
+    removed, added = _optimize(spark, target, MaintenanceSettings(target_size=size))
+    return Compaction(
+        small_files=small, files_compacted=removed, files_written=added, version=_version(target)
+    )
+
+
+def small_files(actions: pa.Table, below: int, partitions: list[str]) -> int:
+    """The files (add actions, as ``delta_io.live_files``) smaller than ``below`` bytes that
+    a compaction can pack: those in partitions that hold two or more of them."""
+    if not actions.num_rows:
+        return 0
+    small = actions.filter(pc.less(actions.column("size_bytes"), below))
+    columns = [f"partition.{c}" for c in partitions if f"partition.{c}" in small.column_names]
+    if not columns:
+        return small.num_rows if small.num_rows > 1 else 0
+    counts = small.group_by(columns).aggregate([("size_bytes", "count")])
+    per_partition = counts.column("size_bytes_count").to_pylist()
+    return sum(n for n in per_partition if n > 1)
+
+
+def _version(target: DeltaTarget) -> int:
+    return target.open().version()
 
 
 def target_file_bytes(table: DeltaTable, file_bytes: int | None = None) -> int | None:

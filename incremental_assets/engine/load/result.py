@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from incremental_assets.engine import quality
+from incremental_assets.engine.delta_lake.maintenance import Compaction
 from incremental_assets.engine.delta_lake.store import CommitResult, TargetState
 from incremental_assets.engine.gaps import Gaps
 from incremental_assets.engine.guards import GuardReport, OutOfRange
@@ -70,6 +71,14 @@ class LoadResult:
     # Whether the run's queries ran without Spark's code generation (a small run,
     # engine/load/interpreted.py).
     interpreted: bool = False
+    # Tables with target.compact_after (engine/load/compact.py): the small files the load
+    # left (None: not counted), the files a compaction after it removed and wrote, its
+    # commit's version, and why it failed ("" unless it did).
+    small_files: int | None = None
+    files_compacted: int = 0
+    files_compacted_into: int = 0
+    compaction_version: int | None = None
+    compaction_note: str = ""
 
     @property
     def rows_unchanged(self) -> int:
@@ -86,6 +95,19 @@ class LoadResult:
             return 0
         quarantined = self.quality.rows_quarantined if self.quality else 0
         return self.rows_extracted - self.rows_staged - quarantined
+
+    def compacted(self, compaction: Compaction | None, note: str) -> LoadResult:
+        """This result with a compaction after its commit (``compact_after_load``)."""
+        if compaction is None:
+            return replace(self, compaction_note=note) if note else self
+        return replace(
+            self,
+            small_files=compaction.small_files,
+            files_compacted=compaction.files_compacted,
+            files_compacted_into=compaction.files_written,
+            compaction_version=compaction.version,
+            compaction_note=note,
+        )
 
 
 class Phases:
