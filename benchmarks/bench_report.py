@@ -248,7 +248,8 @@ def aims(results: list[CaseResult], agings: list[Aging], big: Huge | None) -> st
                 f"full scan after {a.runs} runs <= 1.2x a compacted copy",
                 f"{_size(a.rows)}: {a.scan_s:.2f}s vs {a.compacted_scan_s:.2f}s = {ratio:.2f}x "
                 f"({a.files} files vs {a.files_compacted}; the compacted copy against itself "
-                f"{a.compacted_again_s / a.compacted_scan_s:.2f}x; maintenance every "
+                f"{a.compacted_again_s / a.compacted_scan_s if a.compacted_scan_s else 0:.2f}x"
+                f"; maintenance every "
                 f"{a.maintain_every} runs, {a.maintenance_s:.1f}s in all"
                 + (
                     ""

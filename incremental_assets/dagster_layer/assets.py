@@ -147,7 +147,7 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
                 f"run incremental-assets reconcile {spec.name}."
             )
         if result.compaction_note:
-            context.log.warning(f"{spec.name}: {result.compaction_note}")
+            context.log.warning(f"{spec.name}: small files not counted: {result.compaction_note}")
         elif result.files_compacted:
             context.log.info(
                 f"{spec.name}: {result.small_files} small files, compacted "

@@ -147,5 +147,5 @@ def load_metadata(result: LoadResult, target_path: str) -> dict:
         if result.compaction_version is not None:
             metadata["compaction_version"] = result.compaction_version
     if result.compaction_note:
-        metadata["compaction_note"] = result.compaction_note
+        metadata["small_files_not_counted"] = result.compaction_note
     return metadata

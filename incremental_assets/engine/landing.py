@@ -620,7 +620,12 @@ def run_landing_load(
         )
     commit = report.commit
     committed = bool(commit and commit.committed)
-    compaction, note = compact_after_load(spark, target, spec.target) if committed else (None, "")
+    compaction, seconds = None, {}
+    if committed and spec.target.compact_after:
+        assert commit is not None
+        compacting = time.perf_counter()
+        compaction = compact_after_load(spark, target, spec.target, commit.version)
+        seconds["compact"] = round(time.perf_counter() - compacting, 3)
     return LoadResult(
         table=spec.name,
         mode="landing",
@@ -636,9 +641,9 @@ def run_landing_load(
         committed=committed,
         delta_version=commit.version if commit else target.state("timestamp").version,
         lag_seconds=None,
-        phase_seconds={"total": round(time.perf_counter() - started, 3)},
+        phase_seconds={**seconds, "total": round(time.perf_counter() - started, 3)},
         files_added=commit.files_added if commit else 0,
         source=f"{spec.source.format} landing folder {spec.source.path}",
         landing=report,
         interpreted=report.interpreted,
-    ).compacted(compaction, note)
+    ).compacted(compaction)

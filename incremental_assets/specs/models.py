@@ -625,10 +625,11 @@ class TargetSpec(_Spec):
         default=None,
         description="Compact the table's small files (under half the size compaction aims "
         "for, in partitions holding two or more) after a load that leaves at least this many "
-        "(e.g. 8): the run itself runs Delta's OPTIMIZE, in a commit of its own that changes "
-        "no row, as the maintenance job would. Keeps full scans fast between maintenance "
-        "runs, at the price of an occasional slower run. Unset (the default): only the "
-        "maintenance job compacts (docs/operations.md).",
+        "(e.g. 8): the run runs the maintenance job's compaction (Delta's OPTIMIZE) right "
+        "after its commit, in a commit of its own that changes no row; a compaction that "
+        "fails fails the run, the load staying committed. Keeps full scans fast between "
+        "maintenance runs, at the price of an occasional slower load. Unset (the default): "
+        "only the maintenance job compacts (docs/operations.md).",
     )
     one_pass_below: ByteSize = Field(
         default=ByteSize(16 * 2**20),

@@ -209,50 +209,74 @@ def _optimize(
 @dataclass(frozen=True)
 class Compaction:
     """A load's compaction of the table's small files (``compact_if_due``): the small
-    files the load left, and what the compaction removed and wrote (0 when not due)."""
+    files the load left in the table (None: not counted, ``note`` says why), what the
+    compaction removed and wrote (0 when not due) and its commit's version (None when it
+    committed nothing)."""
 
-    small_files: int
+    small_files: int | None
     files_compacted: int = 0
     files_written: int = 0
     version: int | None = None
+    note: str = ""
 
 
 def compact_if_due(
     spark: SparkSession, target: DeltaTarget, at: int, file_bytes: int | None = None
 ) -> Compaction:
-    """Compact the table's small files when there are at least ``at`` of them (``small_files``)
-    : the maintenance job's compaction (OPTIMIZE, a commit of its own that changes no row,
-    tagged as maintenance), run by a load right after its commit (``target.compact_after``)."""
+    """Compact the table's small files when there are at least ``at`` of them
+    (``small_files``): the maintenance job's compaction (OPTIMIZE, a commit of its own that
+    changes no row, tagged as maintenance), run by a load right after its commit
+    (``target.compact_after``). On a table with deletion vectors, OPTIMIZE also rewrites
+    the files whose vectors delete more than Delta's share of their rows
+    (``spark.databricks.delta.optimize.maxDeletedRowsRatio``, 5%)."""
     table = target.open()
     size = target_file_bytes(table, file_bytes)
     if size is None:
-        return Compaction(small_files=0)
+        return Compaction(None, note="the table's log records no row counts")
     partitions = list(table.metadata().partition_columns)
     small = small_files(delta_io.live_files(table), size // 2, partitions)
+    if small is None:
+        return Compaction(None, note="the log's files list no partition values")
     if small < at:
-        return Compaction(small_files=small)
+        return Compaction(small)
+    before = table.version()
     removed, added = _optimize(spark, target, MaintenanceSettings(target_size=size))
-    return Compaction(
-        small_files=small, files_compacted=removed, files_written=added, version=_version(target)
-    )
+    version = _compaction_after(target, before) if removed else None
+    return Compaction(small, files_compacted=removed, files_written=added, version=version)
 
 
-def small_files(actions: pa.Table, below: int, partitions: list[str]) -> int:
+def small_files(actions: pa.Table, below: int, partitions: list[str]) -> int | None:
     """The files (add actions, as ``delta_io.live_files``) smaller than ``below`` bytes that
-    a compaction can pack: those in partitions that hold two or more of them."""
+    a compaction can pack: those in partitions that hold two or more of them (None when
+    the actions lack a partition column's values)."""
     if not actions.num_rows:
         return 0
+    columns = [f"partition.{c}" for c in partitions]
+    if any(c not in actions.column_names for c in columns):
+        return None
     small = actions.filter(pc.less(actions.column("size_bytes"), below))
-    columns = [f"partition.{c}" for c in partitions if f"partition.{c}" in small.column_names]
     if not columns:
         return small.num_rows if small.num_rows > 1 else 0
     counts = small.group_by(columns).aggregate([("size_bytes", "count")])
-    per_partition = counts.column("size_bytes_count").to_pylist()
-    return sum(n for n in per_partition if n > 1)
+    return sum(n for n in counts.column("size_bytes_count").to_pylist() if n > 1)
 
 
-def _version(target: DeltaTarget) -> int:
-    return target.open().version()
+def _compaction_after(target: DeltaTarget, version: int) -> int | None:
+    """The version of the compaction committed after ``version`` (found by its tag, so
+    another writer's commit in between is not taken for it)."""
+    for commit in target.open().history(limit=10):
+        if commit.get("version", -1) > version and _tagged(commit) == "compact":
+            return int(commit["version"])
+    return None
+
+
+def _tagged(commit: dict) -> str | None:
+    """The maintenance step a commit's user metadata names (None: not maintenance)."""
+    try:
+        found = json.loads(commit.get("userMetadata") or "{}")
+    except ValueError:
+        return None
+    return found.get(MAINTENANCE_KEY) if isinstance(found, dict) else None
 
 
 def target_file_bytes(table: DeltaTable, file_bytes: int | None = None) -> int | None:

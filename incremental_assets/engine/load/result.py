@@ -72,8 +72,8 @@ class LoadResult:
     # engine/load/interpreted.py).
     interpreted: bool = False
     # Tables with target.compact_after (engine/load/compact.py): the small files the load
-    # left (None: not counted), the files a compaction after it removed and wrote, its
-    # commit's version, and why it failed ("" unless it did).
+    # left in the table (None: not counted, compaction_note says why), the files the
+    # compaction after it removed and wrote (0 when not due) and its commit's version.
     small_files: int | None = None
     files_compacted: int = 0
     files_compacted_into: int = 0
@@ -96,17 +96,17 @@ class LoadResult:
         quarantined = self.quality.rows_quarantined if self.quality else 0
         return self.rows_extracted - self.rows_staged - quarantined
 
-    def compacted(self, compaction: Compaction | None, note: str) -> LoadResult:
-        """This result with a compaction after its commit (``compact_after_load``)."""
+    def compacted(self, compaction: Compaction | None) -> LoadResult:
+        """This result with the compaction after its commit (``compact_after_load``)."""
         if compaction is None:
-            return replace(self, compaction_note=note) if note else self
+            return self
         return replace(
             self,
             small_files=compaction.small_files,
             files_compacted=compaction.files_compacted,
             files_compacted_into=compaction.files_written,
             compaction_version=compaction.version,
-            compaction_note=note,
+            compaction_note=compaction.note,
         )
 
 

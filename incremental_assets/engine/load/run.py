@@ -159,10 +159,10 @@ def _run_load(
             by_partition = rows_by_partition(spark, strategy, target, extracted, committed)
         crash_point("after_commit")
 
-    compaction, note = None, ""
+    compaction = None
     if committed.committed and spec.target.compact_after:
         with phase("compact"):
-            compaction, note = compact_after_load(spark, target, spec.target)
+            compaction = compact_after_load(spark, target, spec.target, committed.version)
     return result(
         spec,
         source,
@@ -187,7 +187,7 @@ def _run_load(
         late_unchecked=_unchecked(probed.ledger),
         rows_by_partition=by_partition,
         interpreted=ran_interpreted,
-    ).compacted(compaction, note)
+    ).compacted(compaction)
 
 
 def _unchecked(ledger: late_files.FileLedger | None) -> str:
