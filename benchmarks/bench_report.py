@@ -249,8 +249,11 @@ def aims(results: list[CaseResult], agings: list[Aging], big: Huge | None) -> st
                 f"{_size(a.rows)}: {a.scan_s:.2f}s vs {a.compacted_scan_s:.2f}s = {ratio:.2f}x "
                 f"({a.files} files vs {a.files_compacted}; the compacted copy against itself "
                 f"{a.compacted_again_s / a.compacted_scan_s if a.compacted_scan_s else 0:.2f}x"
-                f"; maintenance every "
-                f"{a.maintain_every} runs, {a.maintenance_s:.1f}s in all"
+                + (
+                    f"; maintenance every {a.maintain_every} runs, {a.maintenance_s:.1f}s in all"
+                    if a.maintain_every
+                    else "; no maintenance"
+                )
                 + (
                     ""
                     if a.compact_after is None
@@ -392,6 +395,20 @@ def report(results: list[CaseResult], agings: list[Aging], big: Huge | None, arg
                 f"{a.case} ({a.variant}): "
                 + " ".join(f"{x / 1000:.0f}" for x in a.run_rows_written)
                 for a in agings
+            ),
+            *(
+                [
+                    "",
+                    "Repeated runs that compacted (target.compact_after): run number, seconds "
+                    "of its compaction "
+                    + "; ".join(
+                        f"{a.case} ({a.variant}): "
+                        + (" ".join(f"#{n} {s:.1f}" for n, s in a.compacted_runs) or "none")
+                        for a in agings
+                    ),
+                ]
+                if any(a.compact_after for a in agings)
+                else []
             ),
             "",
             "Layout after the repeated runs (each live file: lowest-highest key, thousands of "

@@ -141,9 +141,11 @@ class Aging:
     maintenance_s: float
     # The target's live files at the end, by their lowest key: (lowest, highest, rows).
     layout: list[tuple[Any, Any, int]] = field(default_factory=list)
-    # target.compact_after of the runs (None: unset), and the runs that compacted.
+    # target.compact_after of the runs (None: unset), the runs that compacted, and each
+    # one's number and the seconds of its compaction.
     compact_after: int | None = None
     compactions: int = 0
+    compacted_runs: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -505,6 +507,7 @@ def age(
     rows_written: dict[int, list[int]] = {i: [] for i in range(len(targets))}
     maintenance = [0.0] * len(targets)
     compactions = [0] * len(targets)
+    compacted_runs: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(targets))}
     for n in range(1, args.aging_runs + 1):
         increment = scenario.increment(rows, args.increment, seed=rows, round_=n)
         scenario.apply(source, increment)
@@ -512,7 +515,9 @@ def age(
             spec = with_compaction(p.case.spec(source, target.path), args.compact_after)
             before = version_of(target.path)
             run = bench.load("aging", spec, target, increment_request(increment, f"a{n}"), stage)
-            compactions[i] += bool(run.result.files_compacted)
+            if run.result.files_compacted:
+                compactions[i] += 1
+                compacted_runs[i].append((n, run.result.phase_seconds.get("compact", 0.0)))
             seconds[i].append(run.seconds)
             rows_written[i].append(written(target.path, before)[0])
             if args.maintain_every and n % args.maintain_every == 0 and n < args.aging_runs:
@@ -542,6 +547,7 @@ def age(
                 maintenance_s=maintenance[i],
                 compact_after=args.compact_after,
                 compactions=compactions[i],
+                compacted_runs=compacted_runs[i],
                 layout=layout(target, p.case.spec(source, target.path).keys[0]),
             )
         )
