@@ -257,7 +257,8 @@ def aims(results: list[CaseResult], agings: list[Aging], big: Huge | None) -> st
                 + (
                     ""
                     if a.compact_after is None
-                    else f"; compact_after {a.compact_after}: {a.compactions} runs compacted"
+                    else f"; compact_after {a.compact_after}: "
+                    f"{len(a.compacted_runs)} runs compacted"
                 )
                 + ")",
                 _verdict(ratio <= 1.2),

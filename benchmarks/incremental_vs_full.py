@@ -141,10 +141,9 @@ class Aging:
     maintenance_s: float
     # The target's live files at the end, by their lowest key: (lowest, highest, rows).
     layout: list[tuple[Any, Any, int]] = field(default_factory=list)
-    # target.compact_after of the runs (None: unset), the runs that compacted, and each
+    # target.compact_after of the runs (None: unset), and the runs that compacted: each
     # one's number and the seconds of its compaction.
     compact_after: int | None = None
-    compactions: int = 0
     compacted_runs: list[tuple[int, float]] = field(default_factory=list)
 
 
@@ -506,7 +505,6 @@ def age(
     seconds: dict[int, list[float]] = {i: [] for i in range(len(targets))}
     rows_written: dict[int, list[int]] = {i: [] for i in range(len(targets))}
     maintenance = [0.0] * len(targets)
-    compactions = [0] * len(targets)
     compacted_runs: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(targets))}
     for n in range(1, args.aging_runs + 1):
         increment = scenario.increment(rows, args.increment, seed=rows, round_=n)
@@ -516,7 +514,6 @@ def age(
             before = version_of(target.path)
             run = bench.load("aging", spec, target, increment_request(increment, f"a{n}"), stage)
             if run.result.files_compacted:
-                compactions[i] += 1
                 compacted_runs[i].append((n, run.result.phase_seconds.get("compact", 0.0)))
             seconds[i].append(run.seconds)
             rows_written[i].append(written(target.path, before)[0])
@@ -546,7 +543,6 @@ def age(
                 compacted_again_s=again,
                 maintenance_s=maintenance[i],
                 compact_after=args.compact_after,
-                compactions=compactions[i],
                 compacted_runs=compacted_runs[i],
                 layout=layout(target, p.case.spec(source, target.path).keys[0]),
             )

@@ -172,6 +172,12 @@ class CommitResult:
         return self.rows_inserted + self.rows_updated + self.rows_deleted
 
 
+def overtaken(error_text: str) -> bool:
+    """Whether a Spark Delta error (py4j and Connect wrap it; told apart by its text) is
+    Delta's refusal of a commit another writer's commit overtook."""
+    return "Concurrent" in error_text or "DELTA_CONCURRENT" in error_text
+
+
 class DeltaTarget:
     """One table's Delta location and storage options (delta-rs ``storage_options``, for
     reading the log; Spark writes with its own Hadoop settings). ``read_by``: the tables
@@ -851,7 +857,7 @@ class DeltaTarget:
             write()
         except Exception as exc:  # py4j wraps Delta's exceptions; told apart by name
             text = str(exc)
-            concurrent = "Concurrent" in text or "DELTA_CONCURRENT" in text
+            concurrent = overtaken(text)
             exists = creating and isinstance(exc, AnalysisException) and "already exists" in text
             if not (concurrent or exists):
                 raise

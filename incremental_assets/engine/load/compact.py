@@ -15,32 +15,29 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from incremental_assets.engine.delta_lake.maintenance import Compaction, compact_if_due
-from incremental_assets.engine.delta_lake.store import DeltaTarget
+from incremental_assets.engine.delta_lake.store import DeltaTarget, overtaken
 from incremental_assets.engine.errors import IncrementalLoadError, MaintenanceError
 from incremental_assets.specs.models import TargetSpec
 
 
 def compact_after_load(
     spark: SparkSession, target: DeltaTarget, settings: TargetSpec, version: int | None
-) -> Compaction | None:
-    """The compaction after the load that committed ``version`` (None when the table does
-    not ask for one).
+) -> Compaction:
+    """The compaction after the load that committed ``version``, for a table whose
+    ``settings`` set ``compact_after``.
 
     Raises:
         MaintenanceError: the compaction failed; the load's commit stands.
     """
-    if not settings.compact_after:
-        return None
+    assert settings.compact_after
     try:
         return compact_if_due(spark, target, settings.compact_after, settings.file_size)
     except IncrementalLoadError:
         raise
     except Exception as exc:  # py4j and Connect wrap Delta's errors; told apart by text
-        text = str(exc)
-        concurrent = "Concurrent" in text or "DELTA_CONCURRENT" in text
         why = (
             "another writer committed to the table while it ran (a writer outside the table's pool)"
-            if concurrent
+            if overtaken(str(exc))
             else _cause(exc)
         )
         raise MaintenanceError(
