@@ -260,6 +260,11 @@ def aims(results: list[CaseResult], agings: list[Aging], big: Huge | None) -> st
                     else f"; compact_after {a.compact_after}: "
                     f"{len(a.compacted_runs)} runs compacted"
                 )
+                + (
+                    ""
+                    if a.purge_after is None
+                    else f"; purge_after {a.purge_after}: {len(a.purged_runs)} runs purged"
+                )
                 + ")",
                 _verdict(ratio <= 1.2),
             ]
@@ -409,6 +414,20 @@ def report(results: list[CaseResult], agings: list[Aging], big: Huge | None, arg
                     ),
                 ]
                 if any(a.compact_after for a in agings)
+                else []
+            ),
+            *(
+                [
+                    "",
+                    "Repeated runs that purged (target.purge_after): run number, seconds of "
+                    "its purge (and compaction) "
+                    + "; ".join(
+                        f"{a.case} ({a.variant}): "
+                        + (" ".join(f"#{n} {s:.1f}" for n, s in a.purged_runs) or "none")
+                        for a in agings
+                    ),
+                ]
+                if any(a.purge_after for a in agings)
                 else []
             ),
             "",

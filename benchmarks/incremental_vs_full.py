@@ -145,6 +145,10 @@ class Aging:
     # one's number and the seconds of its compaction.
     compact_after: int | None = None
     compacted_runs: list[tuple[int, float]] = field(default_factory=list)
+    # target.purge_after of the runs (None: unset), and the runs that purged (each one's
+    # number and the seconds of its purge and compaction).
+    purge_after: float | None = None
+    purged_runs: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -506,15 +510,19 @@ def age(
     rows_written: dict[int, list[int]] = {i: [] for i in range(len(targets))}
     maintenance = [0.0] * len(targets)
     compacted_runs: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(targets))}
+    purged_runs: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(targets))}
     for n in range(1, args.aging_runs + 1):
         increment = scenario.increment(rows, args.increment, seed=rows, round_=n)
         scenario.apply(source, increment)
         for i, (p, _, target) in enumerate(targets):
-            spec = with_compaction(p.case.spec(source, target.path), args.compact_after)
+            spec = with_upkeep(p.case.spec(source, target.path), args)
             before = version_of(target.path)
             run = bench.load("aging", spec, target, increment_request(increment, f"a{n}"), stage)
+            upkeep = (n, run.result.phase_seconds.get("compact", 0.0))
             if run.result.files_compacted:
-                compacted_runs[i].append((n, run.result.phase_seconds.get("compact", 0.0)))
+                compacted_runs[i].append(upkeep)
+            if run.result.files_purged:
+                purged_runs[i].append(upkeep)
             seconds[i].append(run.seconds)
             rows_written[i].append(written(target.path, before)[0])
             if args.maintain_every and n % args.maintain_every == 0 and n < args.aging_runs:
@@ -544,6 +552,8 @@ def age(
                 maintenance_s=maintenance[i],
                 compact_after=args.compact_after,
                 compacted_runs=compacted_runs[i],
+                purge_after=args.purge_after,
+                purged_runs=purged_runs[i],
                 layout=layout(target, p.case.spec(source, target.path).keys[0]),
             )
         )
@@ -555,12 +565,14 @@ def age(
     return out
 
 
-def with_compaction(spec: TableSpec, compact_after: int | None) -> TableSpec:
-    """``spec`` with ``target.compact_after`` (None: as the spec has it, unset)."""
-    if compact_after is None:
+def with_upkeep(spec: TableSpec, args) -> TableSpec:
+    """``spec`` with ``target.compact_after`` and ``target.purge_after`` of the repeated
+    runs (``--compact-after``, ``--purge-after``; None: as the spec has it, unset)."""
+    update = {"compact_after": args.compact_after, "purge_after": args.purge_after}
+    update = {k: v for k, v in update.items() if v is not None}
+    if not update:
         return spec
-    target = spec.target.model_copy(update={"compact_after": compact_after})
-    return spec.model_copy(update={"target": target})
+    return spec.model_copy(update={"target": spec.target.model_copy(update=update)})
 
 
 def layout(target: DeltaTarget, key: str) -> list[tuple[Any, Any, int]]:
@@ -701,6 +713,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="target.compact_after of the repeated runs: a run leaving this many small "
         "files compacts them (default: unset, as a table's spec has it)",
+    )
+    parser.add_argument(
+        "--purge-after",
+        type=float,
+        default=None,
+        help="target.purge_after of the repeated runs: a run after which deletion vectors "
+        "mark this share of the rows deleted purges them (default: unset)",
     )
     parser.add_argument(
         "--scan-repeats", type=int, default=7, help="full scans of each table, median"

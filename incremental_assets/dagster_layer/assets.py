@@ -154,6 +154,12 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
                 f"{result.files_compacted} into {result.files_compacted_into} (Delta version "
                 f"{result.compaction_version})"
             )
+        if result.files_purged:
+            context.log.info(
+                f"{spec.name}: deletion vectors marked {result.deleted_share:.2%} of the rows "
+                f"deleted; purged {result.files_purged} files into {result.files_purged_into} "
+                f"(Delta version {result.purge_version})"
+            )
         if unrecorded:
             metadata["recovered_commits"] = ", ".join(str(v) for v in unrecorded)
             context.log.warning(

@@ -148,4 +148,12 @@ def load_metadata(result: LoadResult, target_path: str) -> dict:
             metadata["compaction_version"] = result.compaction_version
     if result.compaction_note:
         metadata["small_files_not_counted"] = result.compaction_note
+    if result.deleted_share is not None:
+        # Tables with target.purge_after: the share of rows deletion vectors marked deleted
+        # after the load, and the purge after its commit (0 when not due).
+        metadata["deleted_share"] = round(result.deleted_share, 6)
+        metadata["files_purged"] = result.files_purged
+        metadata["files_purged_into"] = result.files_purged_into
+        if result.purge_version is not None:
+            metadata["purge_version"] = result.purge_version
     return metadata

@@ -59,9 +59,9 @@ from incremental_assets.engine.landing_folder import (
     spark_path,
 )
 from incremental_assets.engine.landing_schema import Opener, csv_header, read_schema
-from incremental_assets.engine.load.compact import compact_after_load
 from incremental_assets.engine.load.interpreted import interpreted, is_small, table_bytes
 from incremental_assets.engine.load.result import LoadResult
+from incremental_assets.engine.load.upkeep import after_load
 from incremental_assets.engine.sources import source_class
 from incremental_assets.engine.sources.identity import check_unchanged
 from incremental_assets.engine.spark.local_rows import local_rows
@@ -620,11 +620,12 @@ def run_landing_load(
         )
     commit = report.commit
     committed = bool(commit and commit.committed)
-    compaction, seconds = None, {}
-    if committed and spec.target.compact_after:
+    purge = compaction = None
+    seconds = {}
+    if committed and (spec.target.purge_after or spec.target.compact_after):
         assert commit is not None
         compacting = time.perf_counter()
-        compaction = compact_after_load(spark, target, spec.target, commit.version)
+        purge, compaction = after_load(spark, target, spec.target, commit.version)
         seconds["compact"] = round(time.perf_counter() - compacting, 3)
     return LoadResult(
         table=spec.name,
@@ -646,4 +647,4 @@ def run_landing_load(
         source=f"{spec.source.format} landing folder {spec.source.path}",
         landing=report,
         interpreted=report.interpreted,
-    ).compacted(compaction)
+    ).with_upkeep(purge, compaction)

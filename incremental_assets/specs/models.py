@@ -631,6 +631,18 @@ class TargetSpec(_Spec):
         "maintenance runs, at the price of an occasional slower load. Unset (the default): "
         "only the maintenance job compacts (docs/operations.md).",
     )
+    purge_after: float | None = Field(
+        default=None,
+        description="Purge the table's deletion vectors (Delta's REORG ... APPLY (PURGE)) "
+        "after a load that leaves at least this share of the table's rows marked deleted by "
+        "them (e.g. 0.02: 2%): the run rewrites the files that carry vectors without their "
+        "deleted rows, right after its commit, in a commit of its own that changes no row; "
+        "a purge that fails fails the run, the load staying committed. Keeps full scans "
+        "fast on tables with deletion vectors, which otherwise filter every row of those "
+        "files, at the price of an occasional slower load. Unset (the default), and on "
+        "tables without deletion vectors: only the maintenance job purges (docs/"
+        "operations.md).",
+    )
     one_pass_below: ByteSize = Field(
         default=ByteSize(16 * 2**20),
         description="A merge whose increment's keys fall in files of the table totalling "
@@ -677,6 +689,19 @@ class TargetSpec(_Spec):
                 "maintenance job"
             )
         return value
+
+    @field_validator("purge_after", mode="before")
+    @classmethod
+    def _a_share(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+            raise ValueError(
+                f"{value!r} is not a share of the table's rows between 0 and 1: e.g. 0.02 "
+                "(a load after which deletion vectors mark 2% or more of the rows deleted "
+                "purges them); leave it out to purge only in the maintenance job"
+            )
+        return float(value)
 
     @field_validator("path")
     @classmethod

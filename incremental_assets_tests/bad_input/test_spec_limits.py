@@ -602,3 +602,22 @@ def test_a_compaction_threshold_reads_as_a_count_of_files(tmp_path):
 
     assert load_project(write(tmp_path, text)).tables[0].target.compact_after == 8
     assert unset.compact_after is None
+
+
+@pytest.mark.parametrize("share", ["0", "1", "1.5", "-0.1", "2%", "true", ".nan", "[0.02]"])
+def test_a_purge_share_outside_zero_to_one_or_not_a_number_is_refused_naming_the_field(
+    tmp_path, share
+):
+    text = ORDERS.replace("partitioning:", f"target: {{purge_after: {share}}}\n    partitioning:")
+
+    message = problem(spec_error(tmp_path, text), "orders", "target.purge_after")
+
+    assert "is not a share of the table's rows between 0 and 1: e.g. 0.02" in message
+
+
+def test_a_purge_share_reads_as_a_fraction_of_the_rows(tmp_path):
+    text = ORDERS.replace("partitioning:", "target: {purge_after: 0.05}\n    partitioning:")
+    unset = load_project(write(tmp_path / "unset", ORDERS)).tables[0].target
+
+    assert load_project(write(tmp_path, text)).tables[0].target.purge_after == 0.05
+    assert unset.purge_after is None

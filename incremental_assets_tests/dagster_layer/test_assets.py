@@ -105,6 +105,32 @@ def test_a_load_that_compacts_reports_it_and_its_checks_judge_the_loads_commit(
     assert meta["dagster/row_count"] == 4
 
 
+def test_a_load_that_purges_deletion_vectors_reports_it_and_its_checks_judge_the_loads_commit(
+    tmp_path, spark, instance
+):
+    # target.purge_after: 0.2 on a table with deletion vectors. The second day updates one
+    # of the first day's two orders: its vector marks 1 of the log's 3 rows deleted, so the
+    # run purges after its commit, says so, and its checks judge the load's own commit.
+    yaml_text = ORDERS_YAML.replace("lookback: 1h", "lookback: 0s").rstrip()
+    target = "    target: {deletion_vectors: true, purge_after: 0.2}\n"
+    project = Project(tmp_path, yaml_text + "\n" + target)
+    project.source.upsert([(1, "placed", 1.0, at(1, 5)), (2, "placed", 2.0, at(1, 6))])
+    first = metadata_of(project.materialize(instance, "2026-01-01"))
+    project.source.upsert([(1, "paid", 1.5, at(2, 2))])
+
+    result = project.materialize(instance, "2026-01-02")
+
+    assert (first["deleted_share"], first["files_purged"]) == (0.0, 0)
+    meta = metadata_of(result)
+    assert meta["rows_updated"] == 1
+    assert meta["deleted_share"] == round(1 / 3, 6)
+    assert meta["files_purged"] >= 1
+    assert meta["purge_version"] == meta["delta_version"] + 1
+    assert DeltaTable(project.target.path).version() == meta["purge_version"]
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    assert meta["dagster/row_count"] == 2
+
+
 def test_backfill_of_a_range_is_one_run_and_equals_partition_by_partition(
     tmp_path, spark, instance
 ):

@@ -241,8 +241,45 @@ def compact_if_due(
         return Compaction(small)
     before = table.version()
     removed, added = _optimize(spark, target, MaintenanceSettings(target_size=size))
-    version = _compaction_after(target, before) if removed else None
+    version = _maintained_after(target, before, "compact") if removed else None
     return Compaction(small, files_compacted=removed, files_written=added, version=version)
+
+
+@dataclass(frozen=True)
+class Purge:
+    """A load's purge of the rows the table's deletion vectors mark deleted
+    (``purge_if_due``): their share of the table's rows before it (0.0 on a table without
+    vectors; None when the log records no row counts), the files it rewrote and wrote (0
+    when not due) and its commit's version (None when it committed nothing)."""
+
+    deleted_share: float | None
+    files_purged: int = 0
+    files_written: int = 0
+    version: int | None = None
+
+
+def purge_if_due(spark: SparkSession, target: DeltaTarget, share: float) -> Purge:
+    """Purge the table's deletion vectors when they mark at least ``share`` of its rows
+    deleted: the maintenance job's purge (REORG ... APPLY (PURGE), a commit of its own that
+    changes no row, tagged as maintenance), run by a load right after its commit
+    (``target.purge_after``). The share is counted from the log's row counts and the
+    vectors themselves (delta-rs reads them; no Spark job)."""
+    table = target.open()
+    deleted = delta_io.rows_deleted_by_vectors(table)
+    if not deleted:
+        return Purge(0.0)
+    actions = delta_io.live_files(table)
+    if "num_records" not in actions.column_names:
+        return Purge(None)
+    # The log counts each file's rows with those its vector deletes.
+    rows = int(pc.sum(actions.column("num_records")).as_py() or 0)
+    found = deleted / rows if rows else 0.0
+    if found < share:
+        return Purge(found)
+    before = table.version()
+    removed, added = _purge(spark, target)
+    version = _maintained_after(target, before, "purge") if removed else None
+    return Purge(found, files_purged=removed, files_written=added, version=version)
 
 
 def small_files(actions: pa.Table, below: int, partitions: list[str]) -> int | None:
@@ -261,11 +298,11 @@ def small_files(actions: pa.Table, below: int, partitions: list[str]) -> int | N
     return sum(n for n in counts.column("size_bytes_count").to_pylist() if n > 1)
 
 
-def _compaction_after(target: DeltaTarget, version: int) -> int | None:
-    """The version of the compaction committed after ``version`` (found by its tag, so
-    another writer's commit in between is not taken for it)."""
+def _maintained_after(target: DeltaTarget, version: int, step: str) -> int | None:
+    """The version of the maintenance ``step`` (compact, purge) committed after ``version``
+    (found by its tag, so another writer's commit in between is not taken for it)."""
     for commit in target.open().history(limit=10):
-        if commit.get("version", -1) > version and _tagged(commit) == "compact":
+        if commit.get("version", -1) > version and _tagged(commit) == step:
             return int(commit["version"])
     return None
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from incremental_assets.engine import quality
-from incremental_assets.engine.delta_lake.maintenance import Compaction
+from incremental_assets.engine.delta_lake.maintenance import Compaction, Purge
 from incremental_assets.engine.delta_lake.store import CommitResult, TargetState
 from incremental_assets.engine.gaps import Gaps
 from incremental_assets.engine.guards import GuardReport, OutOfRange
@@ -71,7 +71,7 @@ class LoadResult:
     # Whether the run's queries ran without Spark's code generation (a small run,
     # engine/load/interpreted.py).
     interpreted: bool = False
-    # Tables with target.compact_after (engine/load/compact.py): the small files the load
+    # Tables with target.compact_after (engine/load/upkeep.py): the small files the load
     # left in the table (None: not counted, compaction_note says why), the files the
     # compaction after it removed and wrote (0 when not due) and its commit's version.
     small_files: int | None = None
@@ -79,6 +79,13 @@ class LoadResult:
     files_compacted_into: int = 0
     compaction_version: int | None = None
     compaction_note: str = ""
+    # Tables with target.purge_after (engine/load/upkeep.py): the share of the table's rows
+    # its deletion vectors marked deleted after the load (None: not counted), the files
+    # the purge after it rewrote and wrote (0 when not due) and its commit's version.
+    deleted_share: float | None = None
+    files_purged: int = 0
+    files_purged_into: int = 0
+    purge_version: int | None = None
 
     @property
     def rows_unchanged(self) -> int:
@@ -96,18 +103,26 @@ class LoadResult:
         quarantined = self.quality.rows_quarantined if self.quality else 0
         return self.rows_extracted - self.rows_staged - quarantined
 
-    def compacted(self, compaction: Compaction | None) -> LoadResult:
-        """This result with the compaction after its commit (``compact_after_load``)."""
-        if compaction is None:
-            return self
-        return replace(
-            self,
-            small_files=compaction.small_files,
-            files_compacted=compaction.files_compacted,
-            files_compacted_into=compaction.files_written,
-            compaction_version=compaction.version,
-            compaction_note=compaction.note,
-        )
+    def with_upkeep(self, purge: Purge | None, compaction: Compaction | None) -> LoadResult:
+        """This result with the purge and the compaction after its commit
+        (``upkeep.after_load``; None: not asked for)."""
+        found = {}
+        if purge is not None:
+            found.update(
+                deleted_share=purge.deleted_share,
+                files_purged=purge.files_purged,
+                files_purged_into=purge.files_written,
+                purge_version=purge.version,
+            )
+        if compaction is not None:
+            found.update(
+                small_files=compaction.small_files,
+                files_compacted=compaction.files_compacted,
+                files_compacted_into=compaction.files_written,
+                compaction_version=compaction.version,
+                compaction_note=compaction.note,
+            )
+        return replace(self, **found) if found else self
 
 
 class Phases:

@@ -19,11 +19,11 @@ from incremental_assets.engine.delta_lake.store import DeltaTarget
 from incremental_assets.engine.disk_full import naming_full_disks
 from incremental_assets.engine.faults import crash_point
 from incremental_assets.engine.load.commit import commit
-from incremental_assets.engine.load.compact import compact_after_load
 from incremental_assets.engine.load.interpreted import interpreted, is_small, table_bytes
 from incremental_assets.engine.load.probe import open_source, probe
 from incremental_assets.engine.load.result import LoadResult, Phases, result
 from incremental_assets.engine.load.stage import extract, rows_by_partition
+from incremental_assets.engine.load.upkeep import after_load
 from incremental_assets.engine.spark import remote
 from incremental_assets.engine.store_errors import naming_store_errors
 from incremental_assets.engine.strategies import strategy_for
@@ -159,10 +159,10 @@ def _run_load(
             by_partition = rows_by_partition(spark, strategy, target, extracted, committed)
         crash_point("after_commit")
 
-    compaction = None
-    if committed.committed and spec.target.compact_after:
+    purge = compaction = None
+    if committed.committed and (spec.target.purge_after or spec.target.compact_after):
         with phase("compact"):
-            compaction = compact_after_load(spark, target, spec.target, committed.version)
+            purge, compaction = after_load(spark, target, spec.target, committed.version)
     return result(
         spec,
         source,
@@ -187,7 +187,7 @@ def _run_load(
         late_unchecked=_unchecked(probed.ledger),
         rows_by_partition=by_partition,
         interpreted=ran_interpreted,
-    ).compacted(compaction)
+    ).with_upkeep(purge, compaction)
 
 
 def _unchecked(ledger: late_files.FileLedger | None) -> str:

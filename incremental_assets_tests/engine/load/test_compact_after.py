@@ -1,5 +1,5 @@
 """target.compact_after: a load that leaves that many small files compacts them after its
-commit (engine/load/compact.py), in a maintenance commit of its own that changes no row."""
+commit (engine/load/upkeep.py), in a maintenance commit of its own that changes no row."""
 
 from __future__ import annotations
 
