@@ -3,6 +3,7 @@ not, and where this project's incremental run spends its time (by phase, by Spar
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -424,6 +425,12 @@ def report(results: list[CaseResult], agings: list[Aging], big: Huge | None, arg
                     + "; ".join(
                         f"{a.case} ({a.variant}): "
                         + (" ".join(f"#{n} {s:.1f}" for n, s in a.purged_runs) or "none")
+                        + (
+                            f" (the other runs' purge and compaction counts: median "
+                            f"{statistics.median(a.idle_upkeep_s):.2f}s)"
+                            if a.idle_upkeep_s
+                            else ""
+                        )
                         for a in agings
                     ),
                 ]

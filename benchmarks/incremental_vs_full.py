@@ -149,6 +149,8 @@ class Aging:
     # number and the seconds of its purge and compaction).
     purge_after: float | None = None
     purged_runs: list[tuple[int, float]] = field(default_factory=list)
+    # The seconds the runs that neither purged nor compacted spent deciding not to.
+    idle_upkeep_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -511,6 +513,7 @@ def age(
     maintenance = [0.0] * len(targets)
     compacted_runs: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(targets))}
     purged_runs: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(targets))}
+    idle_upkeep: dict[int, list[float]] = {i: [] for i in range(len(targets))}
     for n in range(1, args.aging_runs + 1):
         increment = scenario.increment(rows, args.increment, seed=rows, round_=n)
         scenario.apply(source, increment)
@@ -523,6 +526,8 @@ def age(
                 compacted_runs[i].append(upkeep)
             if run.result.files_purged:
                 purged_runs[i].append(upkeep)
+            elif not run.result.files_compacted and "compact" in run.result.phase_seconds:
+                idle_upkeep[i].append(upkeep[1])
             seconds[i].append(run.seconds)
             rows_written[i].append(written(target.path, before)[0])
             if args.maintain_every and n % args.maintain_every == 0 and n < args.aging_runs:
@@ -554,6 +559,7 @@ def age(
                 compacted_runs=compacted_runs[i],
                 purge_after=args.purge_after,
                 purged_runs=purged_runs[i],
+                idle_upkeep_s=idle_upkeep[i],
                 layout=layout(target, p.case.spec(source, target.path).keys[0]),
             )
         )

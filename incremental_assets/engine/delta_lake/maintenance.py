@@ -263,16 +263,18 @@ def purge_if_due(spark: SparkSession, target: DeltaTarget, share: float) -> Purg
     deleted: the maintenance job's purge (REORG ... APPLY (PURGE), a commit of its own that
     changes no row, tagged as maintenance), run by a load right after its commit
     (``target.purge_after``). The share is counted from the log's row counts and the
-    vectors themselves (delta-rs reads them; no Spark job)."""
+    vectors themselves (delta-rs reads them, a flag for each row of the files that carry
+    one; no Spark job); where the log does not count some file's rows it is not judged
+    (``deleted_share`` None) and nothing is purged."""
     table = target.open()
     deleted = delta_io.rows_deleted_by_vectors(table)
     if not deleted:
         return Purge(0.0)
-    actions = delta_io.live_files(table)
-    if "num_records" not in actions.column_names:
-        return Purge(None)
+    counts = delta_io.live_files(table).column("num_records")
+    if counts.null_count:
+        return Purge(None)  # a file whose rows the log does not count: no share to judge
     # The log counts each file's rows with those its vector deletes.
-    rows = int(pc.sum(actions.column("num_records")).as_py() or 0)
+    rows = int(pc.sum(counts).as_py() or 0)
     found = deleted / rows if rows else 0.0
     if found < share:
         return Purge(found)

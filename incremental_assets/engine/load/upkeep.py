@@ -5,9 +5,10 @@ its deletion vectors (``target.purge_after``), then compact its small files
 own that changes no row.
 
 The load is committed before either starts. One that fails raises ``MaintenanceError``
-naming the load's committed version: the run fails, nothing of the load is lost, and a
-re-run loads nothing again (its window is empty) and purges or compacts. A killed one
-leaves the table as the load left it.
+naming the load's committed version (and the purge's, when the compaction after it
+fails): the run fails, nothing of the load is lost, and the next load that commits, or
+the maintenance job, purges or compacts (a re-run of the same window commits nothing, so
+it does neither). A killed one leaves the table as the load left it.
 
 Example:
     >>> purge, compaction = after_load(spark, target, spec.target, version)  # doctest: +SKIP
@@ -43,26 +44,30 @@ def after_load(
         MaintenanceError: one failed; the load's commit stands.
     """
     purge = compaction = None
+    done = f"the load committed Delta version {version} (its rows and its cursor)"
     if settings.purge_after:
         share = settings.purge_after
         purge = _step(
             target,
-            version,
+            done,
             "the purge of its deletion vectors after it (target.purge_after)",
             lambda: purge_if_due(spark, target, share),
         )
+        if purge.version is not None:
+            done += f", the purge of its deletion vectors version {purge.version}"
     if settings.compact_after:
         at, file_bytes = settings.compact_after, settings.file_size
         compaction = _step(
             target,
-            version,
+            done,
             "the compaction after it (target.compact_after)",
             lambda: compact_if_due(spark, target, at, file_bytes),
         )
     return purge, compaction
 
 
-def _step(target: DeltaTarget, version: int | None, what: str, run: Callable[[], T]) -> T:
+def _step(target: DeltaTarget, done: str, what: str, run: Callable[[], T]) -> T:
+    """``run``, one step after the load; its failure said after what was ``done``."""
     try:
         return run()
     except IncrementalLoadError:
@@ -75,11 +80,11 @@ def _step(target: DeltaTarget, version: int | None, what: str, run: Callable[[],
         )
         raise MaintenanceError(
             target.table_name,
-            f"the load committed Delta version {version} (its rows and its cursor), then "
-            f"{what} failed: {why}",
-            "nothing of the load is lost: a re-run loads nothing again and does it again; if "
-            "the error names a file missing from storage, restore it first (the table cannot "
-            "be read without it)",
+            f"{done}, then {what} failed: {why}",
+            "nothing of the load is lost: the next load that commits does it again, or run "
+            "the maintenance job (a re-run of this window commits nothing and does neither); "
+            "if the error names a file missing from storage, restore it first (the table "
+            "cannot be read without it)",
         ) from exc
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -94,14 +96,16 @@ def test_a_purge_that_fails_names_the_loads_committed_version(spark, tmp_path):
     target = DeltaTarget("orders", str(tmp_path / "target"))
     source.upsert([(n, "placed", float(n), at(1, 5)) for n in range(1, 11)])
     load(spark, spec, target, 1)
-    first_file = DeltaTable(target.path).file_uris()[0]
     _update(source, 2, range(1, 4))
 
     def lose_a_file(phase: str) -> None:
-        # The file the load's vectors point into gone from storage (someone's clean-up)
-        # between the load's commit and its purge, which must rewrite it.
+        # The files the load's vectors mark rows of gone from storage (someone's clean-up)
+        # between the load's commit and its purge, which must rewrite them.
         if phase == "committed":
-            Path(first_file.removeprefix("file://")).unlink()
+            vectors = pa.table(DeltaTable(target.path).deletion_vectors())
+            assert vectors.num_rows
+            for uri in vectors.column("filepath").to_pylist():
+                Path(unquote(urlparse(uri).path)).unlink()
 
     with pytest.raises(MaintenanceError) as failed:
         load(spark, spec, target, 2, hook=lose_a_file)
