@@ -154,6 +154,12 @@ def table_asset(project: ProjectSpec, spec: TableSpec) -> dg.AssetsDefinition:
                 f"{result.files_compacted} into {result.files_compacted_into} (Delta version "
                 f"{result.compaction_version})"
             )
+        if spec.target.purge_after and result.committed and result.deleted_share is None:
+            context.log.warning(
+                f"{spec.name}: the rows deletion vectors mark deleted were not judged against "
+                "target.purge_after: the Delta log does not count the rows of some of the "
+                "table's files (written without statistics); the maintenance job purges them"
+            )
         if result.files_purged:
             context.log.info(
                 f"{spec.name}: deletion vectors marked {result.deleted_share:.2%} of the rows "
