@@ -17,6 +17,7 @@ ORDER = [
     "this project",
     "this project, deletion vectors",
     "hand-written reload",
+    "hand-written copy",
     "engine reload",
 ]
 INCREMENTAL = ["this project", "this project, deletion vectors"]
@@ -337,7 +338,11 @@ def _case_aims(case: str, variant: str, rows: list[CaseResult]) -> list[list[str
             if engine is None or hand is None:
                 continue
             ok = ok and engine <= 1.2 * hand
-            parts.append(f"{_size(r.rows)} {engine:.1f}/{hand:.1f} = {engine / hand:.2f}x")
+            part = f"{_size(r.rows)} {engine:.1f}/{hand:.1f} = {engine / hand:.2f}x"
+            copy = s(r, "hand-written copy")
+            if copy is not None:
+                part += f" (the copy {copy:.1f}: {engine / copy:.2f}x)"
+            parts.append(part)
         out.append(
             [case, "engine reload", "<= 1.2x the hand-written reload", "; ".join(parts),
              _verdict(ok if parts else None)]

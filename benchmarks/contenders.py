@@ -133,17 +133,25 @@ def _scd2_merge(table, events: DataFrame, held: set[str]) -> None:
 
 def hand_reload(spark: SparkSession, kind: str, source: str, out: str) -> None:
     """A full reload the way a user writes it: read the whole source, keep the newest row
-    per key (a history: every change as a version), overwrite the table."""
+    per key (a history: every change as a version), overwrite the table. Append too: its
+    table holds a key once (a key seen before is ignored), so a reload that rebuilds it
+    keeps one row per key; ``hand_copy`` is the copy that trusts the source to."""
     rows = spark.read.format("delta").load(source)
     if kind == "scd2":
         rows = _versions(rows).filter(F.col(OP) != "D").drop(OP)
-    elif kind != "append":
+    else:
         rows = _newest(rows, order_column(kind))
         if kind == "cdc_hard":
             rows = rows.filter(F.col(OP) != "D").drop(OP)
         elif kind == "cdc_soft":
             rows = _soft(rows).drop(OP)
     rows.write.format("delta").mode("overwrite").save(out)
+
+
+def hand_copy(spark: SparkSession, source: str, out: str) -> None:
+    """An append-only source copied as it is: the hand-written reload of a user who trusts
+    the source to hold each key once (no shuffle, no sort)."""
+    spark.read.format("delta").load(source).write.format("delta").mode("overwrite").save(out)
 
 
 # --- the floor ------------------------------------------------------------------------

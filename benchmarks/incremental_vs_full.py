@@ -21,6 +21,7 @@ one Spark session:
    - **empty run**: the per-run overhead of a run with nothing new (median of
      ``--empty-runs``);
    - **hand-written reload**: spark.read of the whole source, newest per key, overwrite;
+     for append also the **hand-written copy** (the source as it is, no key kept once);
    - **engine reload**: ``run_load`` into an empty target with one partition range over
      all history (what a backfill of all history costs);
 5. after the last size, ``--aging-runs`` more increments (30) through the engine at
@@ -69,7 +70,7 @@ from bench_cases import (
     last_existing_update_us,
 )
 from bench_report import report
-from contenders import DltTarget, floor, hand_reload, notebook_merge
+from contenders import DltTarget, floor, hand_copy, hand_reload, notebook_merge
 from deltalake import DeltaTable
 from spark_meter import METER_CONF, Measure, Meter
 
@@ -444,6 +445,9 @@ def measure(
             "hand-written reload", [out], lambda: hand_reload(spark, case.kind, source, out)
         )[0]
     )
+    if case.kind == "append":
+        shutil.rmtree(out, ignore_errors=True)
+        note(bench.measured("hand-written copy", [out], lambda: hand_copy(spark, source, out))[0])
     full_path = str(p.root / "full")
     full = DeltaTarget(spec.name, full_path)
     full_request = LoadRequest(HISTORY_START, day_after(instant(increment.last_us)), run_id="full")
