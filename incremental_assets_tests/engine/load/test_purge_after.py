@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 
 from incremental_assets.engine import DeltaTarget
 from incremental_assets.engine.delta_lake import io as delta_io
+from incremental_assets.engine.delta_lake import maintenance
 from incremental_assets.engine.delta_lake.maintenance import MAINTENANCE_KEY
 from incremental_assets.engine.errors import MaintenanceError
 from incremental_assets.engine.reload import differences
@@ -117,3 +118,36 @@ def test_a_purge_that_fails_names_the_loads_committed_version(spark, tmp_path):
     assert "purge of its deletion vectors after it (target.purge_after) failed" in said
     assert "FileNotFound" in said or "FILE_NOT_FOUND" in said
     assert "restore it first" in (failed.value.fix or "")
+
+
+def test_a_share_the_log_cannot_count_is_not_judged_and_nothing_is_purged(spark, tmp_path):
+    source = DeltaSourceTable(tmp_path / "source" / "orders")
+    spec = make_spec(
+        source.path,
+        watermark={"lookback": "0s"},
+        target={"deletion_vectors": True, "purge_after": 0.5},
+    )
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+    source.upsert([(n, "placed", float(n), at(1, 5)) for n in range(1, 11)])
+    load(spark, spec, target, 1)
+    _update(source, 2, range(1, 4))
+    assert load(spark, spec, target, 2).deleted_share == pytest.approx(3 / 13)
+    # A writer that records no row counts in its statistics (Delta makes them optional,
+    # but for files that carry a vector): the other add actions lose ``numRecords``.
+    for log in sorted(Path(target.path, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in log.read_text().splitlines() if line]
+        for action in actions:
+            add = action.get("add") or {}
+            if add.get("stats") and not add.get("deletionVector"):
+                stats = json.loads(action["add"]["stats"])
+                stats.pop("numRecords", None)
+                action["add"]["stats"] = json.dumps(stats)
+        log.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    version = DeltaTable(target.path).version()
+
+    purge = maintenance.purge_if_due(spark, target, 0.01)
+
+    # 3 rows are marked deleted, but of how many the log does not say: no share, no purge.
+    assert (purge.deleted_share, purge.files_purged, purge.version) == (None, 0, None)
+    assert DeltaTable(target.path).version() == version
+    assert _deleted(target) == 3
