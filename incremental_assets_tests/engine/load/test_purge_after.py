@@ -139,9 +139,9 @@ def test_a_share_the_log_cannot_count_is_not_judged_and_nothing_is_purged(spark,
         for action in actions:
             add = action.get("add") or {}
             if add.get("stats") and not add.get("deletionVector"):
-                stats = json.loads(action["add"]["stats"])
+                stats = json.loads(add["stats"])
                 stats.pop("numRecords", None)
-                action["add"]["stats"] = json.dumps(stats)
+                add["stats"] = json.dumps(stats)
         log.write_text("".join(json.dumps(a) + "\n" for a in actions))
     version = DeltaTable(target.path).version()
 
