@@ -238,6 +238,22 @@ def write_counted(rows: DataFrame, path: str, *counters: Column) -> dict:
     return observed_counts(observation)
 
 
+def bytes_per_row(spark: SparkSession, path: str, rows: int) -> float | None:
+    """The bytes a row of the ``rows`` staged at ``path`` takes: their Parquet files' sizes
+    (listed by Spark's ``binaryFile`` source, whose content column is never read) over
+    ``rows``. None when no row was staged."""
+    if rows <= 0:
+        return None
+    listed = (
+        spark.read.format("binaryFile")
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+        .load(path)
+    )
+    size = listed.select(F.sum("length")).first()[0]
+    return int(size) / rows if size else None
+
+
 def observed_counts(observation: Observation) -> dict:
     """What a write counted (``observation``'s values): numbers as ints (0 for nothing
     counted), texts, dates and lists (a histogram's bins) as they were counted."""

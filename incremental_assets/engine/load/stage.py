@@ -22,7 +22,7 @@ from incremental_assets.engine.gaps import Gaps, sequence_gaps
 from incremental_assets.engine.guards import GuardReport
 from incremental_assets.engine.sources import Source
 from incremental_assets.engine.strategies import Strategy, strategy_for
-from incremental_assets.engine.strategies.base import last_load_time
+from incremental_assets.engine.strategies.base import Staged, last_load_time
 from incremental_assets.engine.strategies.rows import (
     ABOVE,
     ABOVE_ROWS,
@@ -194,9 +194,23 @@ def extract(
         counters=staged.counters,
         beside=staged.beside,
         events_recovered=staged.recovered,
-        bytes_per_row=None if state.exists else source.bytes_per_row(),
+        bytes_per_row=None if state.exists else _bytes_per_row(spark, source, staged, staged_path),
         **written,
     )
+
+
+def _bytes_per_row(
+    spark: SparkSession, source: Source, staged: Staged, staged_path: str
+) -> float | None:
+    """The bytes a row of the table a run creates is expected to take: the source's
+    (``Source.bytes_per_row``: a Delta table's log, a Parquet folder's footers), else the
+    staged increment's (its Parquet files over its rows: CSV, JSON and database sources
+    whose first load is staged). None when neither is known (an increment written once from
+    CSV or JSON: its files are bounded by rows alone)."""
+    known = source.bytes_per_row()
+    if known is not None or staged.increment is not None:
+        return known
+    return staging.bytes_per_row(spark, staged_path, int(staged.written.get("rows") or 0))
 
 
 def rows_by_partition(

@@ -22,6 +22,9 @@ from incremental_assets.specs import SourceSpec
 # A name that is a URI of its own (``file:/x``, ``s3a://b/x``), not one under the root.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
+# The files whose footers give a Parquet folder's rows' size: its largest, which hold most
+# of its rows.
+SIZED_FILES = 8
 
 
 class FileSource(Source):
@@ -101,6 +104,20 @@ class FileSource(Source):
                 listed.append(SourceFile(name, size, modified))
             self._listed = sorted(listed)
         return list(self._listed)
+
+    def bytes_per_row(self) -> float | None:
+        """A Parquet folder's bytes a row, from its largest files (at most ``SIZED_FILES``):
+        their listed sizes over their rows, which Spark counts from their footers (a job
+        that reads no column). None for CSV and JSON, whose text says little of the size
+        their rows take in Parquet, and for an empty folder."""
+        if self.spec.format != "parquet":
+            return None
+        sized = sorted((f for f in self.files() or [] if f.size), key=lambda f: -(f.size or 0))
+        sized = sized[:SIZED_FILES]
+        if not sized:
+            return None
+        rows = self.read_files(tuple(f.name for f in sized)).count()
+        return sum(f.size or 0 for f in sized) / rows if rows else None
 
     def read_files(self, names: tuple[str, ...]) -> DataFrame:
         root = self._root_uri()

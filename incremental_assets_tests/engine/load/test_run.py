@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
@@ -800,6 +802,49 @@ def test_a_tables_file_size_bounds_its_first_write_its_rewrite_and_its_compactio
 
     size = target_file_bytes(target.open(), spec.target.file_size)
     assert size is not None and 2**20 - 2 * per_row < size <= 2**20
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_a_folder_of_wide_rows_is_first_written_in_files_of_a_files_bytes(
+    spark, tmp_path, monkeypatch, fmt
+):
+    # A folder source's first load bounds its files by bytes too, as a Delta source's does
+    # (20 KiB here, for rows of about 1 KB: about 20 rows a file). A Parquet folder's rows'
+    # size comes from its largest files' footers, and its increment is written once; a JSON
+    # folder's text says little of its rows' size in Parquet, so it comes from the
+    # increment's staged files, where its first load stages it (here: it has a quality
+    # rule). Bounded by rows alone, the 200 rows were one file a key range.
+    monkeypatch.setattr(store, "BYTES_PER_FILE", 20 * 1024)
+    rows = _wide_orders()(range(1, 201), 1, 1)
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    if fmt == "parquet":
+        pq.write_table(rows, folder / "part-00001.parquet")
+        spec = make_spec(str(folder), source={"format": "parquet"})
+    else:
+        lines = [
+            json.dumps({**r, "updated_at": r["updated_at"].isoformat()}) for r in rows.to_pylist()
+        ]
+        (folder / "part-00001.json").write_text("\n".join(lines) + "\n")
+        schema = "order_id BIGINT, status STRING, amount DOUBLE, updated_at TIMESTAMP"
+        spec = make_spec(
+            str(folder),
+            source={"format": "json", "schema": schema},
+            quality={"rules": [{"name": "amount_known", "check": "amount IS NOT NULL"}]},
+        )
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+
+    first = load(spark, spec, target, 1)
+
+    assert first.rows_inserted == 200
+    files = _key_ranges(target)
+    per_file = store.rows_per_file(900)  # a row's 1,000 hex digits do not compress
+    assert per_file == 22
+    assert sum(n for _, _, n in files) == 200
+    assert max(n for _, _, n in files) <= per_file
+    assert len(files) >= 200 // per_file
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(files))
+    assert differences(spark, spec, target) == (0, 0)
 
 
 def _updated_and_grown(spark, source, spec, target, rows, first, new: int, above: int):
