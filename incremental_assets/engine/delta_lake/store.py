@@ -87,6 +87,12 @@ LEFTOVERS_REMOVED = "leftovers_removed"
 _NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
 
 
+def file_bound(file_bytes: int | None = None) -> int:
+    """The bytes a file holds at most: ``file_bytes`` (a table's ``target.file_size``), else
+    ``BYTES_PER_FILE``."""
+    return file_bytes or BYTES_PER_FILE
+
+
 def rows_per_file(bytes_per_row: float | None, file_bytes: int | None = None) -> int:
     """The rows a file holds at most, for rows of ``bytes_per_row`` (as a table's Parquet
     files hold them; None: not known): ``ROWS_PER_FILE``, fewer where that many would pass
@@ -100,8 +106,7 @@ def rows_per_file(bytes_per_row: float | None, file_bytes: int | None = None) ->
     """
     if not bytes_per_row or bytes_per_row <= 0:
         return ROWS_PER_FILE
-    bound = file_bytes or BYTES_PER_FILE
-    return max(1, min(ROWS_PER_FILE, int(bound / bytes_per_row)))
+    return max(1, min(ROWS_PER_FILE, int(file_bound(file_bytes) / bytes_per_row)))
 
 
 def app_id(table: str) -> str:

@@ -17,6 +17,7 @@ from incremental_assets.engine.delta_lake.store import (
     DeltaTarget,
     TargetState,
     acting_rows_path,
+    file_bound,
 )
 from incremental_assets.engine.gaps import Gaps, sequence_gaps
 from incremental_assets.engine.guards import GuardReport
@@ -194,19 +195,25 @@ def extract(
         counters=staged.counters,
         beside=staged.beside,
         events_recovered=staged.recovered,
-        bytes_per_row=None if state.exists else _bytes_per_row(spark, source, staged, staged_path),
+        bytes_per_row=None
+        if state.exists
+        else _bytes_per_row(spark, spec, source, staged, staged_path),
         **written,
     )
 
 
 def _bytes_per_row(
-    spark: SparkSession, source: Source, staged: Staged, staged_path: str
+    spark: SparkSession, spec: TableSpec, source: Source, staged: Staged, staged_path: str
 ) -> float | None:
     """The bytes a row of the table a run creates is expected to take: the source's
     (``Source.bytes_per_row``: a Delta table's log, a Parquet folder's footers), else the
     staged increment's (its Parquet files over its rows: CSV, JSON and database sources
     whose first load is staged). None when neither is known (an increment written once from
-    CSV or JSON: its files are bounded by rows alone)."""
+    CSV or JSON: its files are bounded by rows alone), and, asking no Spark job, when the
+    source's files hold at most a file's bytes in all: no file of the table can hold more."""
+    scanned = source.scan_bytes()
+    if scanned is not None and scanned <= file_bound(spec.target.file_size):
+        return None
     known = source.bytes_per_row()
     if known is not None or staged.increment is not None:
         return known

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
+from incremental_assets.engine import DeltaTarget, LoadRequest, run_load, staging
 from incremental_assets.engine.delta_lake import commits as delta_commits
 from incremental_assets.engine.delta_lake import io as delta_io
 from incremental_assets.engine.delta_lake import merge_plan, store
@@ -26,6 +26,7 @@ from incremental_assets.engine.load import interpreted
 from incremental_assets.engine.load import stage as stage_module
 from incremental_assets.engine.operations import rewind
 from incremental_assets.engine.reload import differences
+from incremental_assets.engine.sources.files import FileSource
 from incremental_assets.engine.spark import cores, key_ranges, runtime_conf
 from incremental_assets.engine.strategies import rows as rows_module
 from incremental_assets_tests.builders import (
@@ -815,23 +816,9 @@ def test_a_folder_of_wide_rows_is_first_written_in_files_of_a_files_bytes(
     # increment's staged files, where its first load stages it (here: it has a quality
     # rule). Bounded by rows alone, the 200 rows were one file a key range.
     monkeypatch.setattr(store, "BYTES_PER_FILE", 20 * 1024)
-    rows = _wide_orders()(range(1, 201), 1, 1)
     folder = tmp_path / "orders"
     folder.mkdir()
-    if fmt == "parquet":
-        pq.write_table(rows, folder / "part-00001.parquet")
-        spec = make_spec(str(folder), source={"format": "parquet"})
-    else:
-        lines = [
-            json.dumps({**r, "updated_at": r["updated_at"].isoformat()}) for r in rows.to_pylist()
-        ]
-        (folder / "part-00001.json").write_text("\n".join(lines) + "\n")
-        schema = "order_id BIGINT, status STRING, amount DOUBLE, updated_at TIMESTAMP"
-        spec = make_spec(
-            str(folder),
-            source={"format": "json", "schema": schema},
-            quality={"rules": [{"name": "amount_known", "check": "amount IS NOT NULL"}]},
-        )
+    spec = _wide_folder(folder, fmt, _wide_orders()(range(1, 201), 1, 1))
     target = DeltaTarget("orders", str(tmp_path / "target"))
 
     first = load(spark, spec, target, 1)
@@ -845,6 +832,45 @@ def test_a_folder_of_wide_rows_is_first_written_in_files_of_a_files_bytes(
     assert len(files) >= 200 // per_file
     assert all(a[1] < b[0] for a, b in itertools.pairwise(files))
     assert differences(spark, spec, target) == (0, 0)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_a_first_load_of_a_folder_smaller_than_a_file_asks_no_job_for_its_rows_size(
+    spark, tmp_path, monkeypatch, fmt
+):
+    # A folder whose files hold at most a file's bytes in all cannot fill a file: its first
+    # load neither counts a Parquet folder's rows from their footers nor lists its staged
+    # increment's files (a Spark job each, 0.2-0.7 s), and writes its rows in one file.
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    rows = _wide_orders()(range(1, 201), 1, 1)
+    spec = _wide_folder(folder, fmt, rows)
+
+    def asked(*args, **kwargs):
+        raise AssertionError("a folder smaller than a file was asked its rows' size")
+
+    monkeypatch.setattr(FileSource, "bytes_per_row", asked)
+    monkeypatch.setattr(staging, "bytes_per_row", asked)
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+
+    assert load(spark, spec, target, 1).rows_inserted == 200
+    assert [n for _, _, n in _key_ranges(target)] == [200]
+
+
+def _wide_folder(folder: Path, fmt: str, rows: pa.Table):
+    """The spec of a folder source of ``rows`` in one Parquet or JSON-lines file (JSON with
+    a quality rule: its first load stages its increment)."""
+    if fmt == "parquet":
+        pq.write_table(rows, folder / "part-00001.parquet")
+        return make_spec(str(folder), source={"format": "parquet"})
+    lines = [json.dumps({**r, "updated_at": r["updated_at"].isoformat()}) for r in rows.to_pylist()]
+    (folder / "part-00001.json").write_text("\n".join(lines) + "\n")
+    schema = "order_id BIGINT, status STRING, amount DOUBLE, updated_at TIMESTAMP"
+    return make_spec(
+        str(folder),
+        source={"format": "json", "schema": schema},
+        quality={"rules": [{"name": "amount_known", "check": "amount IS NOT NULL"}]},
+    )
 
 
 def _updated_and_grown(spark, source, spec, target, rows, first, new: int, above: int):
