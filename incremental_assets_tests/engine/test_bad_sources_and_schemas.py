@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from incremental_assets.engine import DeltaTarget
+from incremental_assets.engine import DeltaTarget, run_load
 from incremental_assets.engine.errors import (
     NullValuesError,
     SchemaMismatchError,
@@ -24,11 +25,13 @@ from incremental_assets_tests.builders import (
     DeltaSourceTable,
     ParquetFolder,
     at,
+    day_request,
     load,
     make_spec,
     order_rows,
     target_rows,
 )
+from incremental_assets_tests.servers import s3_options
 
 # Loaded by the baseline run (day 1); every test starts from a copy of that target.
 DAY1 = [(1, "new", 10.0, at(1, 1)), (2, "paid", 20.0, at(1, 2))]
@@ -135,6 +138,36 @@ def test_missing_parquet_folder_fails_and_leaves_target_unchanged(
     assert "does not exist" in message
     assert "source.path" in message
     assert committed_state(target) == existing
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_delta_table_read_as_parquet_fails_naming_the_format_and_creates_no_target(
+    spark, tmp_path, target, where, request
+):
+    # Read as plain Parquet, a Delta table gives every file it ever wrote, replaced ones
+    # too. Found where the table lives: a local folder, or a bucket (its log asked through
+    # delta-rs with the storage options; a local-only check let it through).
+    storage = None
+    if where == "local":
+        path = spark_path = str(tmp_path / "orders")
+    else:
+        s3 = request.getfixturevalue("s3")
+        bucket = f"src-{uuid.uuid4().hex[:10]}"
+        s3.create(bucket)
+        path, spark_path = f"s3://{bucket}/orders", f"s3a://{bucket}/orders"
+        storage = s3_options(s3.endpoint)
+    rows = order_rows(DAY1).to_pylist()
+    schema = "order_id long, status string, amount double, updated_at timestamp"
+    spark.createDataFrame(rows, schema=schema).write.format("delta").save(spark_path)
+    spec = make_spec(path, source={"format": "parquet"})
+
+    with pytest.raises(SourceNotFoundError) as info:
+        run_load(spark, spec, target, day_request(1), source_storage=storage)
+
+    message = str(info.value)
+    assert f"{path} is a Delta table" in message
+    assert "set source.format: delta" in message
+    assert not target.exists()
 
 
 def test_empty_parquet_folder_fails_and_creates_no_target(spark, tmp_path, target):

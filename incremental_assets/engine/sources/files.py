@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -30,17 +31,19 @@ SIZED_FILES = 8
 class FileSource(Source):
     @classmethod
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:
-        return cls(spark, table, spec)
+        return cls(spark, table, spec, storage)
 
     @classmethod
     def identity_of(cls, spec: SourceSpec) -> str:
         return location_identity(spec.format, str(spec.path))
 
-    def __init__(self, spark: SparkSession, table: str, spec: SourceSpec):
+    def __init__(
+        self, spark: SparkSession, table: str, spec: SourceSpec, storage: dict | None = None
+    ):
         super().__init__(table, spec)
         self._spark = spark
         self._listed: list[SourceFile] | None = None
-        if spec.format == "parquet" and os.path.isdir(os.path.join(spec.path, "_delta_log")):
+        if spec.format == "parquet" and _is_delta_table(spec.path, storage):
             raise SourceNotFoundError(
                 table,
                 f"{spec.path} is a Delta table: read as plain Parquet it would include files "
@@ -135,6 +138,16 @@ class FileSource(Source):
         if "://" not in path:
             path = "file:" + Path(os.path.abspath(path)).as_posix()
         return _hadoop_form(path) + "/"
+
+
+def _is_delta_table(path: str, storage: dict | None) -> bool:
+    """Whether ``path`` holds a Delta table's log, asked where it lives (a local folder, a
+    bucket or a container, with the warehouse's storage options) through delta-rs. A store
+    that cannot be asked says no: Spark's read of the folder then names what is wrong."""
+    try:
+        return DeltaTable.is_deltatable(path, storage_options=storage or None)
+    except Exception:
+        return False
 
 
 def _hadoop_form(uri: str) -> str:
