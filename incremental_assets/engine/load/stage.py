@@ -158,6 +158,7 @@ def extract(
         run_id,
         remote=source.remote,
         stated=lambda: strategy.stated_keys(source, window),
+        pinned=source.pinned,
     )
     observed = staged.observed
     rows_extracted = int(observed["rows"])

@@ -66,6 +66,13 @@ class Source(ABC):
         self.table = table
         self.spec = spec
 
+    @property
+    def pinned(self) -> bool:
+        """Whether every read of the source in a run gives the same rows, however often
+        Spark plans it (a Spark Connect server plans each read anew): a Delta table, read at
+        the version the run opened. A folder's files are listed again by each such plan."""
+        return self.version is not None
+
     @classmethod
     @abstractmethod
     def open(cls, spark: SparkSession, table: str, spec: SourceSpec, storage: dict) -> Source:

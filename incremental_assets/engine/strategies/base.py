@@ -119,8 +119,8 @@ class Strategy:
         self.row_hash = row_hash
         # The run's window keys as read, in a plan that observes nothing (``stage``; None
         # when not at hand: a run with quality rules, of a database or a whole source, that
-        # creates the table, or over Spark Connect): what a strategy may narrow its side
-        # tables' rows by before joining them (``held_back``).
+        # creates the table, or of a folder over Spark Connect): what a strategy may narrow
+        # its side tables' rows by before joining them (``held_back``).
         self._window_keys: DataFrame | None = None
 
     # -- probe -----------------------------------------------------------------------------
@@ -256,12 +256,14 @@ class Strategy:
         run_id: str,
         remote: bool,
         stated: Stated | None = None,
+        pinned: bool = False,
     ) -> Staged:
         """Check, count and reduce the window's ``rows`` to the increment, staged at
         ``<stage_root>/increment`` (or, when the run ``writes_once``, left for the commit
         to write as the table); rows failing a quarantine rule are staged apart.
         ``stated``: what the source's file statistics say of the window's keys
-        (``stated_keys``), asked only by a run that creates the table."""
+        (``stated_keys``), asked only by a run that creates the table. ``pinned``: every
+        read of ``rows`` gives the same rows (``Source.pinned``)."""
         spec = self.spec
         key_columns = [F.col(transforms.quote(k)) for k in spec.keys]
         staged_first = bool(spec.quality.rules) or self.reads_whole_source or remote
@@ -296,10 +298,11 @@ class Strategy:
             fail_on_bad_rows(spec, counted)
             beside = self.once_beside(as_read, counted)
         else:
-            if not is_connect(spark):
+            if pinned or not is_connect(spark):
                 # A classic session's plan lists the window's files once, whichever part
-                # of it reads them; a Connect server lists them for each part, and a file
-                # that lands in between could leave a key out of these.
+                # of it reads them; a Connect server lists a folder's for each part, and a
+                # file that lands in between could leave a key out of these (a Delta
+                # source's version is pinned: its reads agree).
                 self._window_keys = rows.select(*key_columns)
             # Observed above the shuffle: the pass that finds a created table's key ranges
             # runs the plan below it once more, and an observation there would count every

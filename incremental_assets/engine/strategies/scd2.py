@@ -120,6 +120,7 @@ class Scd2(Strategy):
         run_id: str,
         remote: bool,
         stated: Stated | None = None,
+        pinned: bool = False,
     ) -> Staged:
         """Stage a history table's run in two steps: the window's change events, then,
         from them, the versions to write (``increment``) and the events new to the change
