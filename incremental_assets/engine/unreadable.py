@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import pyarrow.fs as pafs
+
+from incremental_assets.engine.delta_lake import folders
 from incremental_assets.engine.errors import UnreadableFileError, UnreadableLogError
 from incremental_assets.engine.spark.failures import is_spark_failure
 
+_LOG = "_delta_log"
 _FILE = re.compile(r"while reading file (\S+?)\.?(?:\s|$)")
 _NANOS = re.compile(r"Illegal Parquet type: INT64 \(TIMESTAMP\(NANOS")
 _CAUSE = re.compile(r"^Caused by: [\w.$]+(?:Exception|Error): (.+)$", re.MULTILINE)
@@ -110,10 +114,12 @@ def _failure(text: str) -> _Failure | None:
     return _Failure(path, reason)
 
 
-def log_error(table: str, path: str, exc: BaseException) -> UnreadableLogError:
-    """A Delta log that delta-rs cannot read, as an error naming the table and, for a local
-    table, the log file that is not valid JSON."""
-    bad = _bad_log_file(path)
+def log_error(
+    table: str, path: str, exc: BaseException, storage_options: Mapping[str, str] | None = None
+) -> UnreadableLogError:
+    """A Delta log that delta-rs cannot read, as an error naming the table and the log file
+    that is not valid JSON (found where the table lives, with ``storage_options``)."""
+    bad = _bad_log_file(path, storage_options)
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     where = f"{bad} is not a valid Delta log entry" if bad else detail
     return UnreadableLogError(
@@ -125,19 +131,39 @@ def log_error(table: str, path: str, exc: BaseException) -> UnreadableLogError:
     )
 
 
-def _bad_log_file(path: str) -> str | None:
-    log = os.path.join(path, "_delta_log")
-    if not os.path.isdir(log):
+# The newest commit files of a log looked at for one that is not JSON (a reader starts
+# from the last checkpoint, written every 10 commits by default).
+_NEWEST_COMMITS = 100
+
+
+def _bad_log_file(path: str, storage_options: Mapping[str, str] | None = None) -> str | None:
+    """The newest of the log's newest commit files (``_NEWEST_COMMITS``) that is not JSON,
+    as ``path``'s file (``<path>/_delta_log/<name>``); None when each is JSON, or when the
+    log cannot be listed (an object store that refuses: the error is then the store's)."""
+    try:
+        fs, base = folders.file_system(path, storage_options)
+        log = f"{base}/{_LOG}" if base else _LOG
+        infos = fs.get_file_info(pafs.FileSelector(log, allow_not_found=True))
+    except Exception:
         return None
-    for name in sorted(os.listdir(log), reverse=True):
-        if not name.endswith(".json") or name.startswith("_"):
-            continue
-        file = os.path.join(log, name)
+    commits = sorted(
+        (i.path for i in infos if i.type == pafs.FileType.File and _is_commit(i.base_name)),
+        key=lambda p: p.rsplit("/", 1)[-1],
+        reverse=True,
+    )
+    for file in commits[:_NEWEST_COMMITS]:
         try:
-            with open(file, encoding="utf-8") as lines:
-                for line in lines:
-                    if line.strip():
-                        json.loads(line)
+            with fs.open_input_stream(file) as stream:
+                text = stream.read().decode("utf-8")
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
         except (ValueError, UnicodeDecodeError):
-            return file
+            return f"{path.rstrip('/')}/{_LOG}/{file.rsplit('/', 1)[-1]}"
+        except OSError:
+            continue
     return None
+
+
+def _is_commit(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(("_", "."))

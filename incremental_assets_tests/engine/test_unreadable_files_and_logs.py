@@ -6,6 +6,7 @@ refused when the specs load."""
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from incremental_assets_tests.builders import (
     order_rows,
     target_rows,
 )
+from incremental_assets_tests.servers import s3_options
 
 UTC = timezone.utc
 
@@ -112,6 +114,28 @@ def test_a_corrupt_target_log_names_the_table_and_the_file(tmp_path, spark, orde
     assert f"{bad} is not a valid Delta log entry" in message
     assert "restore that file" in message
     assert sorted(p.name for p in path.rglob("*")) == before
+
+
+def test_a_corrupt_target_log_on_s3_names_the_file_in_its_bucket(spark, s3, orders_source):
+    # The log is read where the table lives: its newest commit file, found and named in
+    # the bucket (through delta-rs's storage handler, with the warehouse's options).
+    orders_source.upsert([(1, "new", 1.0, at(1, 1))])
+    spec = make_spec(orders_source.path)
+    bucket = f"wh-{uuid.uuid4().hex[:10]}"
+    s3.create(bucket)
+    target = DeltaTarget("orders", f"s3://{bucket}/wh/orders", s3_options(s3.endpoint))
+    run_load(spark, spec, target, day_request(1))
+    run_load(spark, spec, target, day_request(2))
+    newest = sorted(k for k in s3.keys(bucket) if k.endswith(".json") and "_delta_log/" in k)[-1]
+    s3.put(bucket, newest, "{not json\n")
+
+    with pytest.raises(UnreadableLogError) as caught:
+        run_load(spark, spec, target, day_request(3))
+
+    message = str(caught.value)
+    assert f"s3://{bucket}/{newest} is not a valid Delta log entry" in message
+    assert caught.value.path == f"s3://{bucket}/{newest}"
+    assert "restore that file" in message
 
 
 def test_a_corrupt_delta_source_log_names_the_source_file(tmp_path, spark, orders_source):

@@ -30,7 +30,7 @@ def held(path: str, storage_options: Mapping[str, str] | None = None) -> list[st
     local = _local_path(path)
     if local is not None:
         return _local(local)
-    fs, _ = _file_system(path, storage_options)
+    fs, _ = file_system(path, storage_options)
     try:
         infos = fs.get_file_info(pafs.FileSelector("", recursive=False, allow_not_found=True))
     except FileNotFoundError:
@@ -65,7 +65,7 @@ def only_unlogged_writes(path: str, storage_options: Mapping[str, str] | None = 
     committed leaves: data files (``part-00000-...``, and their checksums), at the top or
     in partition folders (``name=value``, nested), and a log folder that holds folders
     but not one file (a commit in flight would be one). Listed recursively."""
-    fs, base = _file_system(path, storage_options)
+    fs, base = file_system(path, storage_options)
     infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     for info in infos:
         parts = info.path[len(base) :].strip("/").split("/")
@@ -82,7 +82,7 @@ def only_unlogged_writes(path: str, storage_options: Mapping[str, str] | None = 
     return True
 
 
-def _file_system(
+def file_system(
     path: str, storage_options: Mapping[str, str] | None
 ) -> tuple[pafs.FileSystem, str]:
     """A file system for the folder at ``path`` and the folder's path within it: the

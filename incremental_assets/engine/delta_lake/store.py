@@ -246,7 +246,7 @@ class DeltaTarget:
         except DeltaError as exc:
             if not self.exists():
                 raise
-            raise log_error(self.table_name, self.path, exc) from None
+            raise log_error(self.table_name, self.path, exc, self.storage_options) from None
 
     def state(self, kind: WatermarkKind) -> TargetState:
         if not self.exists():

@@ -74,7 +74,7 @@ class DeltaSource(Source):
         try:
             self._table = DeltaTable(spec.path, storage_options=storage or None)
         except DeltaError as exc:
-            raise log_error(table, spec.path, exc) from None
+            raise log_error(table, spec.path, exc, storage) from None
         self.version = self._table.version()
         self.table_id = self._table.metadata().id
         self._files = delta_io.live_files(self._table)
@@ -131,7 +131,7 @@ class DeltaSource(Source):
                 self._table.table_uri, self._storage, version + 1, self.version
             )
         except ValueError as exc:  # a commit file that is not JSON (or not UTF-8)
-            raise log_error(self.table, self.spec.path, exc) from None
+            raise log_error(self.table, self.spec.path, exc, self._storage) from None
         self._added = added.appended
         physical = self._physical_name(column)
         late = [
