@@ -5,7 +5,6 @@ not valid JSON. Without this the file's name is only in an executor's log."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -29,41 +28,52 @@ class _Failure:
     reason: str
 
 
-def nanosecond_columns(folder: str, limit: int = 1000) -> tuple[str | None, list[str]]:
-    """The first local Parquet file under ``folder`` with nanosecond timestamp columns,
-    and those columns (footers only; at most ``limit`` files are looked at)."""
+def nanosecond_columns(
+    folder: str, storage_options: Mapping[str, str] | None = None, limit: int = 1000
+) -> tuple[str | None, list[str]]:
+    """The first Parquet file under ``folder`` with nanosecond timestamp columns, and those
+    columns (footers only; at most ``limit`` files are looked at), found where the folder
+    lives (a local disk, or an object store with ``storage_options``). The file as
+    ``<folder>/<name>``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not os.path.isdir(folder):
+    try:
+        fs, base = folders.file_system(folder, storage_options)
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        files = sorted(
+            info.path[len(base) :].strip("/")
+            for info in fs.get_file_info(selector)
+            if info.type == pafs.FileType.File
+        )
+    except Exception:
         return None, []
-    for n, path in enumerate(_parquet_files(folder)):
-        if n >= limit:
-            break
+    files = [f for f in files if _is_data_file(f)]
+    for name in files[:limit]:
         try:
-            schema = pq.read_schema(path)
+            schema = pq.read_schema(f"{base}/{name}" if base else name, filesystem=fs)
         except (OSError, pa.ArrowException):
             continue
         columns = [f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.unit == "ns"]
         if columns:
-            return path, columns
+            return f"{folder.rstrip('/')}/{name}", columns
     return None, []
 
 
-def _parquet_files(folder: str) -> Iterator[str]:
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-        for name in sorted(files):
-            if name.endswith(".parquet") and not name.startswith(("_", ".")):
-                yield os.path.join(root, name)
+def _is_data_file(name: str) -> bool:
+    """A Parquet file Spark reads under a folder: none of its path's parts hidden."""
+    parts = name.split("/")
+    return parts[-1].endswith(".parquet") and not any(p.startswith(("_", ".")) for p in parts)
 
 
-def source_file_error(table: str, folder: str, exc: BaseException) -> UnreadableFileError | None:
+def source_file_error(
+    table: str, folder: str, exc: BaseException, storage_options: Mapping[str, str] | None = None
+) -> UnreadableFileError | None:
     """``exc`` as an error naming the source file and the fix, or None when it is not a
     file Spark could not read."""
     text = str(exc)
     if _NANOS.search(text):
-        path, columns = nanosecond_columns(folder)
+        path, columns = nanosecond_columns(folder, storage_options)
         where = f" ({', '.join(columns)} in {path})" if columns else ""
         return UnreadableFileError(
             table,
@@ -88,13 +98,17 @@ def source_file_error(table: str, folder: str, exc: BaseException) -> Unreadable
 
 
 @contextmanager
-def naming_source_files(table: str, folder: str) -> Iterator[None]:
-    """Turn a Spark failure to read one of the files under ``folder`` into an error that
-    names it; other failures pass through unchanged."""
+def naming_source_files(
+    table: str, folder: str, storage_options: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """Turn a Spark failure to read one of the files under ``folder`` (on a local disk, or
+    an object store with ``storage_options``) into an error that names it; other failures
+    pass through unchanged."""
     try:
         yield
     except Exception as exc:
-        error = source_file_error(table, folder, exc) if is_spark_failure(exc) else None
+        failed = is_spark_failure(exc)
+        error = source_file_error(table, folder, exc, storage_options) if failed else None
         if error is None:
             raise
         raise error from None

@@ -39,7 +39,7 @@ def _orders(unit: str) -> pa.Table:
     )
 
 
-def _parquet_spec(folder: Path):
+def _parquet_spec(folder: Path | str):
     return make_spec(str(folder), source={"format": "parquet", "path": str(folder)})
 
 
@@ -58,6 +58,27 @@ def test_nanosecond_timestamps_are_refused_naming_the_column_file_and_fix(tmp_pa
     assert f"updated_at in {folder / 'part-2.parquet'}" in message
     assert "coerce_timestamps='us'" in message
     assert "check source.path" not in message  # not the old, misleading advice
+    assert not target.exists()
+
+
+def test_nanosecond_timestamps_in_a_bucket_are_refused_naming_the_file_there(tmp_path, spark, s3):
+    # The footers are read where the folder lives: its files listed and their schemas
+    # read in the bucket (delta-rs's storage handler, with the source's storage options).
+    bucket = f"drops-{uuid.uuid4().hex[:10]}"
+    s3.create(bucket)
+    for name, unit in (("part-1.parquet", "us"), ("part-2.parquet", "ns")):
+        pq.write_table(_orders(unit), tmp_path / name)
+        body = (tmp_path / name).read_bytes()
+        s3.client.put_object(Bucket=bucket, Key=f"drops/{name}", Body=body)
+    target = DeltaTarget("orders", str(tmp_path / "warehouse" / "orders"))
+    spec = _parquet_spec(f"s3://{bucket}/drops")
+
+    with pytest.raises(UnreadableFileError) as caught:
+        run_load(spark, spec, target, day_request(1), source_storage=s3_options(s3.endpoint))
+
+    message = str(caught.value)
+    assert "timestamps in nanoseconds" in message
+    assert f"updated_at in s3://{bucket}/drops/part-2.parquet" in message
     assert not target.exists()
 
 

@@ -86,7 +86,7 @@ def _run_load(
     started = time.perf_counter()
 
     source_path = spec.source.path or ""
-    with phase("probe"), naming_source_files(spec.name, source_path):
+    with phase("probe"), naming_source_files(spec.name, source_path, source_storage):
         opened = open_source(spark, spec, target, source_storage)
         small = is_small(opened.source.scan_bytes(), lambda: table_bytes(opened.state.table))
         ran_interpreted = stack.enter_context(interpreted(spark, small))
@@ -119,7 +119,7 @@ def _run_load(
     ):
         with (
             phase("extract"),
-            naming_source_files(spec.name, source_path),
+            naming_source_files(spec.name, source_path, source_storage),
             snapshot_preloaded(spark, target.sql_table, state.exists),
         ):
             extracted = extract(
@@ -132,7 +132,11 @@ def _run_load(
         written_once = extracted.increment is not None
         with (
             phase("commit"),
-            naming_source_files(spec.name, source_path) if written_once else nullcontext(),
+            (
+                naming_source_files(spec.name, source_path, source_storage)
+                if written_once
+                else nullcontext()
+            ),
         ):
             committed = commit(
                 spark,

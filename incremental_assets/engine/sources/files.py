@@ -71,7 +71,7 @@ class FileSource(Source):
                     "rewrite or remove the files with the changed type (a type change is "
                     "never applied silently)",
                 ) from None
-            unreadable = source_file_error(table, spec.path, exc)
+            unreadable = source_file_error(table, spec.path, exc, storage)
             if unreadable is not None:
                 raise unreadable from None
             raise SourceNotFoundError(
