@@ -129,11 +129,16 @@ def _failure(text: str) -> _Failure | None:
 
 
 def log_error(
-    table: str, path: str, exc: BaseException, storage_options: Mapping[str, str] | None = None
+    table: str,
+    path: str,
+    exc: BaseException,
+    storage_options: Mapping[str, str] | None = None,
+    versions: tuple[int, int] | None = None,
 ) -> UnreadableLogError:
     """A Delta log that delta-rs cannot read, as an error naming the table and the log file
-    that is not valid JSON (found where the table lives, with ``storage_options``)."""
-    bad = _bad_log_file(path, storage_options)
+    that is not valid JSON (found where the table lives, with ``storage_options``; among
+    the commits of ``versions``, first and last, where the read that failed was of those)."""
+    bad = _bad_log_file(path, storage_options, versions)
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     where = f"{bad} is not a valid Delta log entry" if bad else detail
     return UnreadableLogError(
@@ -145,15 +150,20 @@ def log_error(
     )
 
 
-# The newest commit files of a log looked at for one that is not JSON (a reader starts
-# from the last checkpoint, written every 10 commits by default).
-_NEWEST_COMMITS = 100
+# The newest commit files of a log on an object store looked at for one that is not JSON
+# (each a request; a local log's are all looked at).
+_NEWEST_REMOTE_COMMITS = 1000
 
 
-def _bad_log_file(path: str, storage_options: Mapping[str, str] | None = None) -> str | None:
-    """The newest of the log's newest commit files (``_NEWEST_COMMITS``) that is not JSON,
-    as ``path``'s file (``<path>/_delta_log/<name>``); None when each is JSON, or when the
-    log cannot be listed (an object store that refuses: the error is then the store's)."""
+def _bad_log_file(
+    path: str,
+    storage_options: Mapping[str, str] | None = None,
+    versions: tuple[int, int] | None = None,
+) -> str | None:
+    """The newest commit file of the log (of ``versions``, first and last, when given) that
+    is not JSON, as ``<path>/_delta_log/<name>``; None when each is JSON, or when the log
+    cannot be listed (an object store that refuses: the error is then the store's). On an
+    object store only the newest ``_NEWEST_REMOTE_COMMITS`` are read."""
     try:
         fs, base = folders.file_system(path, storage_options)
         log = f"{base}/{_LOG}" if base else _LOG
@@ -165,18 +175,29 @@ def _bad_log_file(path: str, storage_options: Mapping[str, str] | None = None) -
         key=lambda p: p.rsplit("/", 1)[-1],
         reverse=True,
     )
-    for file in commits[:_NEWEST_COMMITS]:
+    if versions is not None:
+        first, last = versions
+        commits = [c for c in commits if first <= _version(c) <= last]
+    if base == "":  # an object store's
+        commits = commits[:_NEWEST_REMOTE_COMMITS]
+    for file in commits:
         try:
             with fs.open_input_stream(file) as stream:
                 text = stream.read().decode("utf-8")
             for line in text.splitlines():
                 if line.strip():
                     json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:  # not JSON, or not UTF-8
             return f"{path.rstrip('/')}/{_LOG}/{file.rsplit('/', 1)[-1]}"
         except OSError:
             continue
     return None
+
+
+def _version(file: str) -> int:
+    """The version of a commit file (``00000000000000000012.json``; -1 for another)."""
+    stem = file.rsplit("/", 1)[-1].split(".", 1)[0]
+    return int(stem) if stem.isdigit() else -1
 
 
 def _is_commit(name: str) -> bool:

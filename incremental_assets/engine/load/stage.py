@@ -211,7 +211,9 @@ def _bytes_per_row(
     staged increment's (its Parquet files over its rows: CSV, JSON and database sources
     whose first load is staged). None when neither is known (an increment written once from
     CSV or JSON: its files are bounded by rows alone), and, asking no Spark job, when the
-    source's files hold at most a file's bytes in all: no file of the table can hold more."""
+    source's files hold at most a file's bytes in all: the table's files then come out
+    about that size at most (more where it adds columns to narrow rows, or its source is
+    compressed harder), which is what the bound is for."""
     scanned = source.scan_bytes()
     if scanned is not None and scanned <= file_bound(spec.target.file_size):
         return None

@@ -131,7 +131,8 @@ class DeltaSource(Source):
                 self._table.table_uri, self._storage, version + 1, self.version
             )
         except ValueError as exc:  # a commit file that is not JSON (or not UTF-8)
-            raise log_error(self.table, self.spec.path, exc, self._storage) from None
+            versions = (version + 1, self.version)
+            raise log_error(self.table, self.spec.path, exc, self._storage, versions) from None
         self._added = added.appended
         physical = self._physical_name(column)
         late = [

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -23,6 +22,7 @@ from incremental_assets.specs import SourceSpec
 # A name that is a URI of its own (``file:/x``, ``s3a://b/x``), not one under the root.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
+_LOG = "_delta_log"
 # The files whose footers give a Parquet folder's rows' size: its largest, which hold most
 # of its rows.
 SIZED_FILES = 8
@@ -43,7 +43,7 @@ class FileSource(Source):
         super().__init__(table, spec)
         self._spark = spark
         self._listed: list[SourceFile] | None = None
-        if spec.format == "parquet" and _is_delta_table(spec.path, storage):
+        if spec.format == "parquet" and _is_delta_table(spark, spec.path):
             raise SourceNotFoundError(
                 table,
                 f"{spec.path} is a Delta table: read as plain Parquet it would include files "
@@ -119,7 +119,14 @@ class FileSource(Source):
         sized = sized[:SIZED_FILES]
         if not sized:
             return None
-        rows = self.read_files(tuple(f.name for f in sized)).count()
+        try:
+            rows = self.read_files(tuple(f.name for f in sized)).count()
+        except Exception as exc:
+            # A file gone or replaced since the listing: an estimate is not worth a failed
+            # run (the run's own read says what is wrong, if anything is).
+            if not is_spark_failure(exc):
+                raise
+            return None
         return sum(f.size or 0 for f in sized) / rows if rows else None
 
     def read_files(self, names: tuple[str, ...]) -> DataFrame:
@@ -140,14 +147,21 @@ class FileSource(Source):
         return _hadoop_form(path) + "/"
 
 
-def _is_delta_table(path: str, storage: dict | None) -> bool:
-    """Whether ``path`` holds a Delta table's log, asked where it lives (a local folder, a
-    bucket or a container, with the warehouse's storage options) through delta-rs. A store
-    that cannot be asked says no: Spark's read of the folder then names what is wrong."""
+def _is_delta_table(spark: SparkSession, path: str) -> bool:
+    """Whether the folder at ``path`` holds a Delta table's log folder (``_delta_log``,
+    with anything in it: an interrupted first commit's too), looked for where it lives: a
+    local folder directly, a bucket's or a container's through Spark's own connector, with
+    the credentials the read itself uses (a folder without one costs a listing, no job)."""
+    if "://" not in path or path.startswith("file:"):
+        local = path.removeprefix("file://").removeprefix("file:")
+        return os.path.isdir(os.path.join(local, _LOG))
     try:
-        return DeltaTable.is_deltatable(path, storage_options=storage or None)
-    except Exception:
-        return False
+        listed = spark.read.format("binaryFile").load(f"{path.rstrip('/')}/{_LOG}")
+        return bool(listed.select("path").limit(1).collect())
+    except Exception as exc:
+        if is_spark_failure(exc):  # nothing there (or nothing Spark may list)
+            return False
+        raise
 
 
 def _hadoop_form(uri: str) -> str:
