@@ -6,8 +6,11 @@ increment rewrites (without deletion vectors) every file its keys fall in, so th
 size is what one change costs. This builds the same table both ways and applies the same
 increment to each, in one process:
 
-1. a Delta source of ``--rows`` orders, each with a ``note`` of ``--note-bytes`` random
-   bytes as hex text (about twice that many bytes a row in Parquet: it does not compress);
+1. a source of ``--rows`` orders, each with a ``note`` of ``--note-bytes`` random bytes as
+   hex text (about twice that many bytes a row in Parquet: it does not compress): a Delta
+   table (the rows' size from its log), a folder of Parquet files (``--source parquet``:
+   from their footers) or of JSON lines with a quality rule (``--source json``: its first
+   load stages the increment, whose Parquet files give the size);
 2. the engine's first load of it each way (twice, taking turns; the second counts):
    files bounded by rows only (``BYTES_PER_FILE`` set out of reach, the bound before it
    existed) and by rows and bytes (the default);
@@ -21,6 +24,7 @@ Run from the repository root (about 4 minutes here, 4 GB of disk)::
 
     .venv/bin/python benchmarks/wide_rows.py
     .venv/bin/python benchmarks/wide_rows.py --rows 200000 --rounds 1   # smoke run
+    .venv/bin/python benchmarks/wide_rows.py --source parquet
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.engine import DeltaTarget, LoadRequest, run_load
@@ -49,17 +54,44 @@ CHUNK = 100_000
 WAYS = {"rows only": 2**62, "rows and bytes": store.BYTES_PER_FILE}
 
 
-def spec(source: str) -> TableSpec:
+JSON_SCHEMA = "order_id BIGINT, status STRING, amount DOUBLE, note STRING, updated_at TIMESTAMP"
+
+
+def spec(source: str, kind: str = "delta") -> TableSpec:
+    extra: dict = {}
+    if kind == "json":
+        extra = {"quality": {"rules": [{"name": "amount_known", "check": "amount IS NOT NULL"}]}}
     return TableSpec.model_validate(
         {
             "name": "orders",
-            "source": {"format": "delta", "path": source},
+            "source": {
+                "format": kind,
+                "path": source,
+                **({"schema": JSON_SCHEMA} if kind == "json" else {}),
+            },
             "keys": ["order_id"],
             "watermark": {"column": "updated_at", "kind": "timestamp", "lookback": "0s"},
             "strategy": "upsert",
             "partitioning": {"granularity": "daily", "start": f"{START:%Y-%m-%d}"},
+            **extra,
         }
     )
+
+
+def deliver(source: str, kind: str, rows: pa.Table) -> None:
+    """``rows`` into the source: a Delta append, or a new Parquet or JSON-lines file."""
+    if kind == "delta":
+        write_deltalake(source, rows, mode="append")
+        return
+    folder = Path(source)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = folder / f"part-{len(list(folder.iterdir())):05d}.{kind}"
+    if kind == "parquet":
+        pq.write_table(rows, name)
+        return
+    frame = rows.to_pandas()
+    frame["updated_at"] = frame["updated_at"].map(lambda t: t.isoformat())
+    frame.to_json(name, orient="records", lines=True)
 
 
 def orders(first: int, n: int, day: int, note_bytes: int) -> pa.Table:
@@ -95,21 +127,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=20_000, help="updates (and inserts)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data-dir", help="where the temporary folder goes")
+    parser.add_argument("--source", choices=["delta", "parquet", "json"], default="delta")
     args = parser.parse_args(argv)
     spark = local_session("wide-rows")
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory(dir=args.data_dir) as tmp:
         root = Path(tmp)
         source = str(root / "source")
+        kind = args.source
         for first in range(0, args.rows, CHUNK):
             n = min(CHUNK, args.rows - first)
-            write_deltalake(source, orders(first, n, 1, args.note_bytes), mode="append")
-        in_source = files_of(source)
-        per_row = sum(b for _, b in in_source) / sum(r for r, _ in in_source)
+            deliver(source, kind, orders(first, n, 1, args.note_bytes))
+        size = sum(f.stat().st_size for f in Path(source).rglob("*") if f.is_file())
         print(
-            f"source: {args.rows:,} rows, {sum(b for _, b in in_source) / 2**20:,.0f} MiB, "
-            f"{per_row:,.0f} bytes a row; increment: {args.changes:,} updates to the newest "
-            f"orders and {args.changes:,} new ones",
+            f"{kind} source: {args.rows:,} rows, {size / 2**20:,.0f} MiB, "
+            f"{size / args.rows:,.0f} bytes a row; increment: {args.changes:,} updates to "
+            f"the newest orders and {args.changes:,} new ones",
             flush=True,
         )
         # Each way's first load twice, taking turns; the second counts (the first of all
@@ -121,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(path, ignore_errors=True)
             began = time.perf_counter()
             target = DeltaTarget("orders", str(path))
-            run_load(spark, spec(source), target, LoadRequest(START, START + DAY))
+            run_load(spark, spec(source, kind), target, LoadRequest(START, START + DAY))
             loaded[way] = (time.perf_counter() - began, files_of(str(path)))
         newest = args.rows - args.changes
-        write_deltalake(source, orders(newest, 2 * args.changes, 2, args.note_bytes), mode="append")
+        deliver(source, kind, orders(newest, 2 * args.changes, 2, args.note_bytes))
         seconds: dict[str, list[float]] = {way: [] for way in WAYS}
         written: dict[str, tuple[int, int]] = {}
         for r in range(args.rounds):
@@ -135,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 began = time.perf_counter()
                 result = run_load(
                     spark,
-                    spec(source),
+                    spec(source, kind),
                     DeltaTarget("orders", str(copy)),
                     LoadRequest(START + DAY, START + 2 * DAY),
                 )
