@@ -934,11 +934,15 @@ class SideTable:
         return False
 
     def to_spark(
-        self, spark: SparkSession, holding: delta_io.KeySet | None = None
+        self,
+        spark: SparkSession,
+        holding: delta_io.KeySet | None = None,
+        version: int | None = None,
     ) -> DataFrame | None:
+        """The side table's rows (at ``version``, else the latest; None: no table yet)."""
         if not self.location.exists():
             return None
-        return self.location.to_spark(spark, holding=holding)
+        return self.location.to_spark(spark, version=version, holding=holding)
 
     def append_rows(
         self,
@@ -1057,15 +1061,17 @@ class ChangeLog(SideTable):
         (the caller appends only a run that has some)."""
         self.append_rows(rows, {"mergeSchema": "true"}, {self.FOR_SEQUENCE: sequence})
 
-    def appended(self, sequence: int) -> int | None:
-        """The events of the log's newest commit, by its own metrics, when it is the
-        loader's append for the target's commit at ``sequence`` (None otherwise: no log,
-        another writer's commit on top, a release that did not say)."""
+    def appended(self, sequence: int) -> tuple[int | None, int | None]:
+        """The events of the log's newest commit, by its own metrics, and its version, when
+        it is the loader's append for the target's commit at ``sequence`` (None otherwise:
+        no log, another writer's commit on top, a release that did not say)."""
         if not self.location.exists():
-            return None
+            return None, None
         newest = self._newest_append(self.location.open(), sequence)
         metrics = (newest or {}).get("operationMetrics") or {}
-        return int(metrics["numOutputRows"]) if "numOutputRows" in metrics else None
+        events = int(metrics["numOutputRows"]) if "numOutputRows" in metrics else None
+        version = (newest or {}).get("version")
+        return events, None if version is None else int(version)
 
     def _newest_append(self, log: DeltaTable, sequence: int) -> dict | None:
         """The log's newest commit, when it is the loader's append for the target's commit

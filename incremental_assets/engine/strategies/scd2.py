@@ -84,6 +84,9 @@ class Scd2(Strategy):
         self.options = options
         # How the source delivers the changes: that strategy reads the window's rows.
         self.changes = _DELIVERIES[options.changes.kind](spec, row_hash)
+        # The change log's version after a first load's append (None: not appended yet,
+        # or its commit not found): what the versions it creates are computed from.
+        self._logged_version: int | None = None
 
     # -- reading: as the strategy of the changes -------------------------------------------
 
@@ -335,7 +338,9 @@ class Scd2(Strategy):
         log = ChangeLog(target)
 
         def from_log() -> DataFrame:
-            logged = log.to_spark(spark)
+            # The log as this run's append left it (``record_once_beside_target``), not a
+            # stray writer's append after it.
+            logged = log.to_spark(spark, version=self._logged_version)
             assert logged is not None, "the change log is appended before the table"
             return _key_ordered(self.spec, history.first_versions(logged, columns, ranges))
 
@@ -416,7 +421,8 @@ class Scd2(Strategy):
         many, as the append's commit counted them (None when its commit is not found)."""
         log = ChangeLog(target)
         log.append(rows, sequence)
-        return log.appended(sequence)
+        events, self._logged_version = log.appended(sequence)
+        return events
 
     def change_counts(self, written: dict) -> dict[str, int]:
         return change_counts(written, HISTORY_KINDS)

@@ -10,9 +10,11 @@ from datetime import timedelta
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import functions as F
 
 from incremental_assets.engine import DeltaTarget, IncrementalLoadError, NullValuesError, checks
 from incremental_assets.engine.delta_lake.store import ChangeLog
+from incremental_assets.engine.load import commit as commit_module
 from incremental_assets.engine.reload import differences
 from incremental_assets_tests.builders import (
     DeltaSourceTable,
@@ -535,6 +537,33 @@ def test_the_change_log_counts_as_uncommitted_only_appends_for_the_tables_next_c
     assert log.uncommitted(3) == 3
     assert log.uncommitted(4) == 0  # commit 3 happened since
     assert log.uncommitted(0) == 0  # a table loaded anew (its log holds older appends)
+
+
+def test_a_first_loads_versions_come_from_the_change_log_as_its_own_append_left_it(
+    spark, folder, tmp_path, monkeypatch
+):
+    # A first load appends its events to the change log, then writes the versions it
+    # computes from the log. A stray writer's append in between (another event of another
+    # key) is not folded into them: the log is read at the version of this run's append.
+    folder.drop(feed((1, "a", "I", 1, at(1, 1)), (2, "b", "I", 2, at(1, 2))))
+    spec = cdc_history_spec(folder.path)
+    target = DeltaTarget("t", str(tmp_path / "target"))
+    log = f"{target.path}__changes"
+
+    def stray(point: str) -> None:
+        if point == "before_commit":
+            logged = spark.read.format("delta").load(log)
+            other = logged.filter("id = 1").withColumn("id", F.lit(99).cast("long"))
+            other.withColumn("lsn", F.lit(99).cast("long")).write.format("delta").mode(
+                "append"
+            ).save(log)
+
+    monkeypatch.setattr(commit_module, "crash_point", stray)
+    first = load(spark, spec, target, 1)
+
+    assert first.rows_inserted == 2
+    assert [r[0] for r in rows(target, "id", "name")] == [1, 2]
+    assert DeltaTable(log).to_pyarrow_table(columns=["id"]).num_rows == 3  # the stray's too
 
 
 def test_a_first_load_keyed_by_text_is_shuffled_by_sparks_range_partitioner(
