@@ -16,7 +16,6 @@ from incremental_assets.engine.delta_lake import folders
 from incremental_assets.engine.errors import UnreadableFileError, UnreadableLogError
 from incremental_assets.engine.spark.failures import is_spark_failure
 
-_LOG = "_delta_log"
 _FILE = re.compile(r"while reading file (\S+?)\.?(?:\s|$)")
 _NANOS = re.compile(r"Illegal Parquet type: INT64 \(TIMESTAMP\(NANOS")
 _CAUSE = re.compile(r"^Caused by: [\w.$]+(?:Exception|Error): (.+)$", re.MULTILINE)
@@ -166,7 +165,7 @@ def _bad_log_file(
     object store only the newest ``_NEWEST_REMOTE_COMMITS`` are read."""
     try:
         fs, base = folders.file_system(path, storage_options)
-        log = f"{base}/{_LOG}" if base else _LOG
+        log = f"{base}/{folders.LOG}" if base else folders.LOG
         infos = fs.get_file_info(pafs.FileSelector(log, allow_not_found=True))
     except Exception:
         return None
@@ -178,7 +177,7 @@ def _bad_log_file(
     if versions is not None:
         first, last = versions
         commits = [c for c in commits if first <= _version(c) <= last]
-    if base == "":  # an object store's
+    if folders.local_path(path) is None:
         commits = commits[:_NEWEST_REMOTE_COMMITS]
     for file in commits:
         try:
@@ -188,7 +187,7 @@ def _bad_log_file(
                 if line.strip():
                     json.loads(line)
         except ValueError:  # not JSON, or not UTF-8
-            return f"{path.rstrip('/')}/{_LOG}/{file.rsplit('/', 1)[-1]}"
+            return f"{path.rstrip('/')}/{folders.LOG}/{file.rsplit('/', 1)[-1]}"
         except OSError:
             continue
     return None

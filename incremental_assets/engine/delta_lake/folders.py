@@ -21,13 +21,14 @@ from collections.abc import Mapping
 import pyarrow.fs as pafs
 from deltalake.fs import DeltaStorageHandler
 
-_LOG = "_delta_log"
+# A Delta table's log folder.
+LOG = "_delta_log"
 
 
 def held(path: str, storage_options: Mapping[str, str] | None = None) -> list[str]:
     """The names of the entries directly in the folder at ``path`` (sorted; an empty
     ``_delta_log`` left out), or [] when it does not exist or is empty."""
-    local = _local_path(path)
+    local = local_path(path)
     if local is not None:
         return _local(local)
     fs, _ = file_system(path, storage_options)
@@ -36,10 +37,10 @@ def held(path: str, storage_options: Mapping[str, str] | None = None) -> list[st
     except FileNotFoundError:
         return []
     names = {info.path.strip("/").split("/", 1)[0] for info in infos if info.path.strip("/")}
-    if _LOG in names:
-        log = fs.get_file_info(pafs.FileSelector(_LOG, recursive=False, allow_not_found=True))
+    if LOG in names:
+        log = fs.get_file_info(pafs.FileSelector(LOG, recursive=False, allow_not_found=True))
         if not log:
-            names.discard(_LOG)
+            names.discard(LOG)
     return sorted(names)
 
 
@@ -48,9 +49,9 @@ def _local(path: str) -> list[str]:
         names = set(os.listdir(path))
     except (FileNotFoundError, NotADirectoryError):
         return [] if not os.path.lexists(path) else [os.path.basename(path)]
-    log = os.path.join(path, _LOG)
-    if _LOG in names and os.path.isdir(log) and not os.listdir(log):
-        names.discard(_LOG)
+    log = os.path.join(path, LOG)
+    if LOG in names and os.path.isdir(log) and not os.listdir(log):
+        names.discard(LOG)
     return sorted(names)
 
 
@@ -69,7 +70,7 @@ def only_unlogged_writes(path: str, storage_options: Mapping[str, str] | None = 
     infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     for info in infos:
         parts = info.path[len(base) :].strip("/").split("/")
-        if parts[0] == _LOG:
+        if parts[0] == LOG:
             if info.type == pafs.FileType.File:
                 return False
             continue
@@ -87,14 +88,14 @@ def file_system(
 ) -> tuple[pafs.FileSystem, str]:
     """A file system for the folder at ``path`` and the folder's path within it: the
     local one, or delta-rs's storage handler with the warehouse's storage options."""
-    local = _local_path(path)
+    local = local_path(path)
     if local is not None:
         return pafs.LocalFileSystem(), os.path.abspath(local)
     handler = DeltaStorageHandler(path.rstrip("/"), dict(storage_options or {}) or None)
     return pafs.PyFileSystem(handler), ""
 
 
-def _local_path(path: str) -> str | None:
+def local_path(path: str) -> str | None:
     """``path`` as a local path; None for an object store's."""
     if "://" not in path or path.startswith("file:"):
         return path.removeprefix("file://").removeprefix("file:")

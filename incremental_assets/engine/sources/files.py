@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from incremental_assets.engine.delta_lake import folders
 from incremental_assets.engine.errors import SchemaMismatchError, SourceNotFoundError
 from incremental_assets.engine.predicates import Part
 from incremental_assets.engine.sources.base import Source, SourceFile, first_line
@@ -22,7 +23,6 @@ from incremental_assets.specs import SourceSpec
 # A name that is a URI of its own (``file:/x``, ``s3a://b/x``), not one under the root.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "file://")
-_LOG = "_delta_log"
 # The files whose footers give a Parquet folder's rows' size: its largest, which hold most
 # of its rows.
 SIZED_FILES = 8
@@ -152,11 +152,11 @@ def _is_delta_table(spark: SparkSession, path: str) -> bool:
     with anything in it: an interrupted first commit's too), looked for where it lives: a
     local folder directly, a bucket's or a container's through Spark's own connector, with
     the credentials the read itself uses (a folder without one costs a listing, no job)."""
-    if "://" not in path or path.startswith("file:"):
-        local = path.removeprefix("file://").removeprefix("file:")
-        return os.path.isdir(os.path.join(local, _LOG))
+    local = folders.local_path(path)
+    if local is not None:
+        return os.path.isdir(os.path.join(local, folders.LOG))
     try:
-        listed = spark.read.format("binaryFile").load(f"{path.rstrip('/')}/{_LOG}")
+        listed = spark.read.format("binaryFile").load(f"{path.rstrip('/')}/{folders.LOG}")
         return bool(listed.select("path").limit(1).collect())
     except Exception as exc:
         if is_spark_failure(exc):  # nothing there (or nothing Spark may list)
