@@ -209,17 +209,19 @@ def _bytes_per_row(
     """The bytes a row of the table a run creates is expected to take: the source's
     (``Source.bytes_per_row``: a Delta table's log, a Parquet folder's footers), else the
     staged increment's (its Parquet files over its rows: CSV, JSON and database sources
-    whose first load is staged). None when neither is known (an increment written once from
-    CSV or JSON: its files are bounded by rows alone), and, asking no Spark job, when the
-    source's files hold at most a file's bytes in all: the table's files then come out
-    about that size at most (more where it adds columns to narrow rows, or its source is
-    compressed harder), which is what the bound is for."""
+    whose first load is staged), else a sample's (``Source.sampled_bytes_per_row``: a CSV
+    or JSON increment written once). None when none is known, and, asking no Spark job,
+    when the source's files hold at most a file's bytes in all: the table's files then come
+    out about that size at most (more where it adds columns to narrow rows, or its source
+    is compressed harder), which is what the bound is for."""
     scanned = source.scan_bytes()
     if scanned is not None and scanned <= file_bound(spec.target.file_size):
         return None
     known = source.bytes_per_row()
-    if known is not None or staged.increment is not None:
+    if known is not None:
         return known
+    if staged.increment is not None:
+        return source.sampled_bytes_per_row()
     return staging.bytes_per_row(spark, staged_path, int(staged.written.get("rows") or 0))
 
 

@@ -118,6 +118,12 @@ class Source(ABC):
         unknown (files of other formats, databases)."""
         return None
 
+    def sampled_bytes_per_row(self) -> float | None:
+        """The bytes a row would take in Parquet, from a sample of the source's rows (CSV
+        and JSON folders, whose text says little of it): what a first load that writes its
+        increment once, as the table, sizes its files by. None when not sampled."""
+        return None
+
     def added_since(self, version: int, cursor: object, column: str) -> Additions | None:
         """Delta sources: what the commits after ``version`` added (engine/sources/
         delta_log.py). None for sources without versions."""

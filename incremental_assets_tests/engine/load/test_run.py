@@ -805,16 +805,18 @@ def test_a_tables_file_size_bounds_its_first_write_its_rewrite_and_its_compactio
     assert size is not None and 2**20 - 2 * per_row < size <= 2**20
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "json"])
+@pytest.mark.parametrize("fmt", ["parquet", "json", "json-once", "csv-once"])
 def test_a_folder_of_wide_rows_is_first_written_in_files_of_a_files_bytes(
     spark, tmp_path, monkeypatch, fmt
 ):
     # A folder source's first load bounds its files by bytes too, as a Delta source's does
     # (20 KiB here, for rows of about 1 KB: about 20 rows a file). A Parquet folder's rows'
     # size comes from its largest files' footers, and its increment is written once; a JSON
-    # folder's text says little of its rows' size in Parquet, so it comes from the
-    # increment's staged files, where its first load stages it (here: it has a quality
-    # rule). Bounded by rows alone, the 200 rows were one file a key range.
+    # or CSV folder's text says little of its rows' size in Parquet, so it comes from the
+    # increment's staged files where its first load stages it (json: it has a quality
+    # rule), else from a sample of its rows written as Parquet (json-once, csv-once: the
+    # increment is written once). Bounded by rows alone, the 200 rows were one file a key
+    # range.
     monkeypatch.setattr(store, "BYTES_PER_FILE", 20 * 1024)
     folder = tmp_path / "orders"
     folder.mkdir()
@@ -837,7 +839,7 @@ def test_a_folder_of_wide_rows_is_first_written_in_files_of_a_files_bytes(
     assert differences(spark, spec, target) == (0, 0)
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "json"])
+@pytest.mark.parametrize("fmt", ["parquet", "json", "json-once"])
 def test_a_first_load_of_a_folder_smaller_than_a_file_asks_no_job_for_its_rows_size(
     spark, tmp_path, monkeypatch, fmt
 ):
@@ -853,6 +855,7 @@ def test_a_first_load_of_a_folder_smaller_than_a_file_asks_no_job_for_its_rows_s
         raise AssertionError("a folder smaller than a file was asked its rows' size")
 
     monkeypatch.setattr(FileSource, "bytes_per_row", asked)
+    monkeypatch.setattr(FileSource, "sampled_bytes_per_row", asked)
     monkeypatch.setattr(staging, "bytes_per_row", asked)
     target = DeltaTarget("orders", str(tmp_path / "target"))
 
@@ -861,18 +864,23 @@ def test_a_first_load_of_a_folder_smaller_than_a_file_asks_no_job_for_its_rows_s
 
 
 def _wide_folder(folder: Path, fmt: str, rows: pa.Table):
-    """The spec of a folder source of ``rows`` in one Parquet or JSON-lines file (JSON with
-    a quality rule: its first load stages its increment)."""
+    """The spec of a folder source of ``rows`` in one Parquet, JSON-lines or CSV file
+    (``json``: with a quality rule, so its first load stages its increment; ``json-once``
+    and ``csv-once``: without one, so it is written once, as the table)."""
     if fmt == "parquet":
         pq.write_table(rows, folder / "part-00001.parquet")
         return make_spec(str(folder), source={"format": "parquet"})
-    lines = [json.dumps({**r, "updated_at": r["updated_at"].isoformat()}) for r in rows.to_pylist()]
-    (folder / "part-00001.json").write_text("\n".join(lines) + "\n")
     schema = "order_id BIGINT, status STRING, amount DOUBLE, updated_at TIMESTAMP"
+    records = [{**r, "updated_at": r["updated_at"].isoformat()} for r in rows.to_pylist()]
+    if fmt == "csv-once":
+        lines = [",".join(records[0])] + [",".join(str(v) for v in r.values()) for r in records]
+        (folder / "part-00001.csv").write_text("\n".join(lines) + "\n")
+        return make_spec(str(folder), source={"format": "csv", "schema": schema})
+    lines = [json.dumps(r) for r in records]
+    (folder / "part-00001.json").write_text("\n".join(lines) + "\n")
+    rules = [{"name": "amount_known", "check": "amount IS NOT NULL"}] if fmt == "json" else []
     return make_spec(
-        str(folder),
-        source={"format": "json", "schema": schema},
-        quality={"rules": [{"name": "amount_known", "check": "amount IS NOT NULL"}]},
+        str(folder), source={"format": "json", "schema": schema}, quality={"rules": rules}
     )
 
 
