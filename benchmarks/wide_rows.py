@@ -10,7 +10,9 @@ increment to each, in one process:
    hex text (about twice that many bytes a row in Parquet: it does not compress): a Delta
    table (the rows' size from its log), a folder of Parquet files (``--source parquet``:
    from their footers) or of JSON lines with a quality rule (``--source json``: its first
-   load stages the increment, whose Parquet files give the size);
+   load stages the increment, whose Parquet files give the size) or without one
+   (``--source json-once``: its first load writes the increment once, as the table; a
+   sample of its rows written as Parquet gives the size);
 2. the engine's first load of it each way (twice, taking turns; the second counts):
    files bounded by rows only (``BYTES_PER_FILE`` set out of reach, the bound before it
    existed) and by rows and bytes (the default);
@@ -59,15 +61,16 @@ JSON_SCHEMA = "order_id BIGINT, status STRING, amount DOUBLE, note STRING, updat
 
 def spec(source: str, kind: str = "delta") -> TableSpec:
     extra: dict = {}
+    fmt = kind.removesuffix("-once")
     if kind == "json":
         extra = {"quality": {"rules": [{"name": "amount_known", "check": "amount IS NOT NULL"}]}}
     return TableSpec.model_validate(
         {
             "name": "orders",
             "source": {
-                "format": kind,
+                "format": fmt,
                 "path": source,
-                **({"schema": JSON_SCHEMA} if kind == "json" else {}),
+                **({"schema": JSON_SCHEMA} if fmt == "json" else {}),
             },
             "keys": ["order_id"],
             "watermark": {"column": "updated_at", "kind": "timestamp", "lookback": "0s"},
@@ -85,7 +88,7 @@ def deliver(source: str, kind: str, rows: pa.Table) -> None:
         return
     folder = Path(source)
     folder.mkdir(parents=True, exist_ok=True)
-    name = folder / f"part-{len(list(folder.iterdir())):05d}.{kind}"
+    name = folder / f"part-{len(list(folder.iterdir())):05d}.{kind.removesuffix('-once')}"
     if kind == "parquet":
         pq.write_table(rows, name)
         return
@@ -127,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=20_000, help="updates (and inserts)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--data-dir", help="where the temporary folder goes")
-    parser.add_argument("--source", choices=["delta", "parquet", "json"], default="delta")
+    parser.add_argument(
+        "--source", choices=["delta", "parquet", "json", "json-once"], default="delta"
+    )
     args = parser.parse_args(argv)
     spark = local_session("wide-rows")
     spark.sparkContext.setLogLevel("ERROR")
