@@ -148,9 +148,15 @@ def record(jar_plan: JarPlan, resolved_jars: str) -> None:
     """Write the manifest of jars Spark resolved (its ``spark.jars`` after start)."""
     if jar_plan.manifest is None:
         return
-    ivy = str(cache_dir())
+    # Spark names the files by their real paths: the cache's, and its ivy folder's where
+    # that links elsewhere (a home on another disk, an ivy cache shared by projects).
+    roots = {cache_dir().resolve(), (cache_dir() / "ivy").resolve()}
     jars = [urlparse(j.strip()).path for j in resolved_jars.split(",") if j.strip()]
-    jars = [j for j in jars if j.startswith(ivy) and Path(j).is_file()]
+    jars = [
+        j
+        for j in jars
+        if Path(j).is_file() and any(Path(j).resolve().is_relative_to(r) for r in roots)
+    ]
     # A session this JVM already ran is handed back as it is (getOrCreate), with the jars
     # it started with: they are no list of the packages asked for, and are not recorded.
     if jars and all(usable(j) for j in jars) and not missing(jar_plan.packages, jars):

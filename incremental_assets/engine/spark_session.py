@@ -164,13 +164,24 @@ def _start_local(conf: dict[str, str], plan: jars.JarPlan, app_name: str | None)
         session = _build(jars.placed(own, plan), app_name)
     else:
         if plan.resolving:
-            jars.record(plan, session.conf.get("spark.jars", "") or "")
+            jars.record(plan, ",".join(_started_jars(session)))
     # The log level is spark.log.level (LOCAL_DEFAULTS), applied as the JVM starts.
     # getOrCreate may hand back a session started elsewhere, with its own settings.
     ensure_required_conf(session)
     if running:
         _warn_of_missing_connectors(session, plan)
     return session
+
+
+def _started_jars(session: SparkSession) -> list[str]:
+    """The jars the session's JVM started with, from its context's settings (those
+    getOrCreate was given since are in the session's settings only, and changed nothing on
+    the class path): ``spark.jars``, and ``spark.repl.local.jars``, where spark-submit keeps
+    the packages it resolved beside the user's own jars (the user's ``spark.jars``, a JDBC
+    driver's say, is set again as the session starts and replaces the merged list there)."""
+    started = session.sparkContext.getConf()
+    found = [started.get(key) or "" for key in ("spark.jars", "spark.repl.local.jars")]
+    return [j for listed in found for j in listed.split(",") if j.strip()]
 
 
 class ConnectorsMissingWarning(RuntimeWarning):
@@ -185,12 +196,11 @@ def _warn_of_missing_connectors(session: SparkSession, plan: jars.JarPlan) -> No
     cluster (``INCREMENTAL_ASSETS_JARS``) are not listed, so not checked."""
     if plan.manifest is None:
         return
-    # The context's settings, as the JVM started: those getOrCreate was given since are
-    # in the session's settings only, and changed nothing on the class path.
-    started = session.sparkContext.getConf()
     listed = [
-        *(started.get("spark.jars") or "").split(","),
-        *(started.get("spark.driver.extraClassPath") or "").split(os.pathsep),
+        *_started_jars(session),
+        *(session.sparkContext.getConf().get("spark.driver.extraClassPath") or "").split(
+            os.pathsep
+        ),
     ]
     # jars.missing reads file names only: URIs and paths alike.
     lacking = jars.missing(plan.packages[1:], [j for j in listed if j.strip()])

@@ -137,6 +137,43 @@ def test_maven_fetches_the_jars_when_sparks_resolver_cannot(tmp_path):
     assert driver in done.stdout.split("JARS ", 1)[1], done.stdout
 
 
+def test_jars_spark_resolves_beside_the_users_own_are_recorded(spark, tmp_path):
+    """A first start with a jar of the user's own (a JDBC driver's) and Delta Lake's
+    package, resolved by Spark: spark-submit keeps what it resolved in
+    spark.repl.local.jars, as the user's spark.jars, set again as the session starts,
+    replaces the merged list. Recorded from there, the next start reads the cache instead
+    of resolving again (a Spark Connect server's first start needs the record). Resolved
+    with no network, from the tests' own ivy cache, linked into a cache of its own."""
+    ivy = jars.cache_dir() / "ivy"
+    group, artifact, version = jars.delta_package().split(":")
+    if not (ivy / "jars" / f"{group}_{artifact}-{version}.jar").is_file():
+        pytest.skip(
+            "the tests' jars came from Maven, not Spark's resolver: no ivy cache to resolve "
+            "Delta Lake from offline"
+        )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "ivy").symlink_to(ivy.resolve())
+    driver = _jar(tmp_path / "driver.jar")
+    env = {jars.CACHE_ENV: str(cache)}
+
+    # No other process resolves into the tests' ivy cache meanwhile.
+    with jars.resolving_alone():
+        first = _start(tmp_path, env, f"spark.jars={driver}", prefix=_offline())
+    shutil.rmtree(tmp_path / "table")
+    again = _start(tmp_path, env, f"spark.jars={driver}", prefix=_offline())
+
+    assert "ROWS 3" in first.stdout, (first.stdout + first.stderr)[-3000:]
+    assert "Fetching Delta Lake's jars" in first.stderr
+    recorded = next(cache.glob("manifest-*.txt")).read_text().split()
+    assert any(Path(j).name == f"{group}_{artifact}-{version}.jar" for j in recorded)
+    assert driver not in recorded
+    assert "ROWS 3" in again.stdout, (again.stdout + again.stderr)[-3000:]
+    assert "Fetching" not in again.stderr
+    listed = again.stdout.split("JARS ", 1)[1]
+    assert driver in listed and f"{group}_{artifact}-{version}.jar" in listed
+
+
 def _jar(path: Path, cut: bool = False) -> str:
     """A small jar at ``path``; ``cut``: its first half only, as a copy interrupted leaves."""
     with zipfile.ZipFile(path, "w") as jar:
