@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 
 from incremental_assets.engine.delta_lake.io import spark_uri
 from incremental_assets.engine.processes import Identity, identity_alive
+from incremental_assets.engine.spark.failures import is_spark_failure
 from incremental_assets.specs.locations import staging_location
 
 
@@ -252,6 +253,21 @@ def bytes_per_row(spark: SparkSession, path: str, rows: int) -> float | None:
     )
     size = listed.select(F.sum("length")).first()[0]
     return int(size) / rows if size else None
+
+
+def sampled_bytes_per_row(spark: SparkSession, sample: DataFrame, path: str) -> float | None:
+    """The bytes a row of ``sample`` (a few of a source's rows, ``Source.sample``) takes
+    as Parquet: written to ``path`` by Spark's own writer, as the table's files will be,
+    then sized as ``bytes_per_row`` sizes staged rows. None when it holds no row, and when
+    Spark fails to read it (a file gone since the listing: an estimate is not worth a
+    failed run, and the run's own read says what is wrong, if anything is)."""
+    try:
+        rows = write_counted(sample, path)["rows"]
+        return bytes_per_row(spark, path, rows)
+    except Exception as exc:
+        if not is_spark_failure(exc):
+            raise
+        return None
 
 
 def observed_counts(observation: Observation) -> dict:

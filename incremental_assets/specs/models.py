@@ -617,7 +617,8 @@ class TargetSpec(_Spec):
         "and a full scan a little dearer. Followed by a merge's rewrite in key order and "
         "the maintenance's compaction (at the table's own bytes per row), and by the first "
         "write where it knows its rows' size (a Delta source's log, a Parquet folder's "
-        "footers, a staged increment's files, a sample of a CSV or JSON folder's rows). "
+        "footers, a staged increment's files, a sample of a CSV or JSON folder's rows where "
+        "its increment is written once). "
         "Changed later, it applies to the files written from "
         "then on; raised, compaction also packs the smaller files written before (docs/"
         "runs.md).",

@@ -113,6 +113,9 @@ class Extract:
 # The events a history table's first load appended to its change log, as the commit counted
 # them (``Staged.logged_rows`` is None until then).
 LOGGED_ROWS = "logged_rows"
+# The rows of a CSV or JSON folder written as Parquet to size a created table's rows, where
+# its increment is written once (``Source.sample``): about 2 MB at 1 KB a row.
+SAMPLED_ROWS = 2_000
 
 
 def _written(strategy: Strategy, written: dict) -> dict:
@@ -198,31 +201,37 @@ def extract(
         events_recovered=staged.recovered,
         bytes_per_row=None
         if state.exists
-        else _bytes_per_row(spark, spec, source, staged, staged_path),
+        else _bytes_per_row(spark, spec, source, staged, stage_root),
         **written,
     )
 
 
 def _bytes_per_row(
-    spark: SparkSession, spec: TableSpec, source: Source, staged: Staged, staged_path: str
+    spark: SparkSession, spec: TableSpec, source: Source, staged: Staged, stage_root: str
 ) -> float | None:
     """The bytes a row of the table a run creates is expected to take: the source's
     (``Source.bytes_per_row``: a Delta table's log, a Parquet folder's footers), else the
     staged increment's (its Parquet files over its rows: CSV, JSON and database sources
-    whose first load is staged), else a sample's (``Source.sampled_bytes_per_row``: a CSV
-    or JSON increment written once). None when none is known, and, asking no Spark job,
-    when the source's files hold at most a file's bytes in all: the table's files then come
-    out about that size at most (more where it adds columns to narrow rows, or its source
-    is compressed harder), which is what the bound is for."""
+    whose first load is staged), else a sample's (``Source.sample``, written as Parquet:
+    a CSV or JSON increment written once). None when none is known, and, asking no Spark
+    job, when the source's files hold at most a file's bytes in all (unless they are
+    compressed text): the table's files then come out about that size at most (more where
+    it adds columns to narrow rows, or its source is compressed harder), which is what the
+    bound is for."""
     scanned = source.scan_bytes()
-    if scanned is not None and scanned <= file_bound(spec.target.file_size):
+    bound = file_bound(spec.target.file_size)
+    if scanned is not None and scanned <= bound and not source.compressed_text():
         return None
     known = source.bytes_per_row()
     if known is not None:
         return known
-    if staged.increment is not None:
-        return source.sampled_bytes_per_row()
-    return staging.bytes_per_row(spark, staged_path, int(staged.written.get("rows") or 0))
+    if staged.increment is None:
+        rows = int(staged.written.get("rows") or 0)
+        return staging.bytes_per_row(spark, f"{stage_root}/increment", rows)
+    sample = source.sample(SAMPLED_ROWS)
+    if sample is None:
+        return None
+    return staging.sampled_bytes_per_row(spark, sample, f"{stage_root}/sample")
 
 
 def rows_by_partition(

@@ -118,11 +118,17 @@ class Source(ABC):
         unknown (files of other formats, databases)."""
         return None
 
-    def sampled_bytes_per_row(self) -> float | None:
-        """The bytes a row would take in Parquet, from a sample of the source's rows (CSV
-        and JSON folders, whose text says little of it): what a first load that writes its
-        increment once, as the table, sizes its files by. None when not sampled."""
+    def sample(self, rows: int) -> DataFrame | None:
+        """At most ``rows`` of the source's rows, read cheaply, whose size in Parquet stands
+        for its rows' (CSV and JSON folders, whose text says little of it): what a first
+        load that writes its increment once, as the table, sizes its files by. None where
+        the source is not sampled."""
         return None
+
+    def compressed_text(self) -> bool:
+        """Whether the source's files are compressed text (CSV or JSON as ``.gz``, ...),
+        whose rows take more than their listed bytes say."""
+        return False
 
     def added_since(self, version: int, cursor: object, column: str) -> Additions | None:
         """Delta sources: what the commits after ``version`` added (engine/sources/

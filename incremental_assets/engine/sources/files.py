@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -28,9 +26,8 @@ _URI = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "f
 # The files whose footers give a Parquet folder's rows' size: its largest, which hold most
 # of its rows.
 SIZED_FILES = 8
-# The rows of a CSV or JSON folder's largest file written as Parquet in memory to size its
-# rows (about 2 MB at 1 KB a row); each task reading a split of the file stops there.
-SAMPLED_ROWS = 2_000
+# The names of text files Spark reads compressed (Hadoop's codecs).
+_COMPRESSED = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst")
 
 
 class FileSource(Source):
@@ -134,31 +131,22 @@ class FileSource(Source):
             return None
         return sum(f.size or 0 for f in sized) / rows if rows else None
 
-    def sampled_bytes_per_row(self) -> float | None:
-        """A CSV or JSON folder's bytes a row in Parquet: the first ``SAMPLED_ROWS`` rows of
-        its largest file, as read (the source's schema), written as Snappy Parquet in the
-        driver's memory, over their count. A sample's dictionaries serve fewer rows than a
-        whole file's, so it compresses no better, and files bounded by it come out at most
-        about their bound (unless its first rows are narrower than the rest). None for other
-        formats, for an empty folder, and where the read fails (a file gone since the
-        listing: the run's own read says what is wrong, if anything is)."""
+    def sample(self, rows: int) -> DataFrame | None:
+        """A CSV or JSON folder's first ``rows`` rows of its largest file, as read (the
+        source's schema): each task reading a split of that file stops there. None for
+        other formats and for an empty folder."""
         if self.spec.format not in ("csv", "json"):
             return None
         sized = [f for f in self.files() or [] if f.size]
         if not sized:
             return None
         largest = max(sized, key=lambda f: f.size or 0)
-        try:
-            sample = self.read_files((largest.name,)).limit(SAMPLED_ROWS).toArrow()
-        except Exception as exc:
-            if not is_spark_failure(exc):
-                raise
-            return None
-        if not sample.num_rows:
-            return None
-        written = pa.BufferOutputStream()
-        pq.write_table(sample, written, compression="snappy")
-        return written.tell() / sample.num_rows
+        return self.read_files((largest.name,)).limit(rows)
+
+    def compressed_text(self) -> bool:
+        return self.spec.format in ("csv", "json") and any(
+            f.name.lower().endswith(_COMPRESSED) for f in self.files() or []
+        )
 
     def read_files(self, names: tuple[str, ...]) -> DataFrame:
         root = self._root_uri()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import random
@@ -839,7 +840,7 @@ def test_a_folder_of_wide_rows_is_first_written_in_files_of_a_files_bytes(
     assert differences(spark, spec, target) == (0, 0)
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "json", "json-once"])
+@pytest.mark.parametrize("fmt", ["parquet", "json", "json-once", "csv-once"])
 def test_a_first_load_of_a_folder_smaller_than_a_file_asks_no_job_for_its_rows_size(
     spark, tmp_path, monkeypatch, fmt
 ):
@@ -855,12 +856,83 @@ def test_a_first_load_of_a_folder_smaller_than_a_file_asks_no_job_for_its_rows_s
         raise AssertionError("a folder smaller than a file was asked its rows' size")
 
     monkeypatch.setattr(FileSource, "bytes_per_row", asked)
-    monkeypatch.setattr(FileSource, "sampled_bytes_per_row", asked)
+    monkeypatch.setattr(FileSource, "sample", asked)
     monkeypatch.setattr(staging, "bytes_per_row", asked)
     target = DeltaTarget("orders", str(tmp_path / "target"))
 
     assert load(spark, spec, target, 1).rows_inserted == 200
     assert [n for _, _, n in _key_ranges(target)] == [200]
+
+
+def test_a_compressed_text_folder_is_sized_by_its_rows_not_its_listed_bytes(
+    spark, tmp_path, monkeypatch
+):
+    # Gzipped JSON lines whose 200 rows take about 1,300 bytes each in Parquet but about
+    # 470 each as listed (a status of 3,000 random 'a's and 'b's, which gzip packs better
+    # than Parquet's Snappy): 93 KB listed, under the 96 KiB bound, yet about 260 KB of
+    # rows. Taken at its listed bytes, the folder would be asked nothing and written one
+    # file a key range (100 rows or more in one); sampled, at most about 75 rows a file.
+    bound = 96 * 1024
+    monkeypatch.setattr(store, "BYTES_PER_FILE", bound)
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    pick = random.Random(11)
+    lines = [
+        json.dumps(
+            {
+                "order_id": n,
+                "status": "".join(pick.choice("ab") for _ in range(3000)),
+                "amount": 1.0,
+                "updated_at": at(1, 1).isoformat(),
+            }
+        )
+        for n in range(1, 201)
+    ]
+    with gzip.open(folder / "part-00001.json.gz", "wt") as packed:
+        packed.write("\n".join(lines) + "\n")
+    assert (folder / "part-00001.json.gz").stat().st_size < bound
+    schema = "order_id BIGINT, status STRING, amount DOUBLE, updated_at TIMESTAMP"
+    spec = make_spec(str(folder), source={"format": "json", "schema": schema})
+    target = DeltaTarget("orders", str(tmp_path / "target"))
+
+    assert load(spark, spec, target, 1).rows_inserted == 200
+
+    files = _key_ranges(target)
+    assert sum(n for _, _, n in files) == 200
+    assert max(n for _, _, n in files) <= 80
+    sizes = pa.table(target.open().get_add_actions(flatten=True))["size_bytes"].to_pylist()
+    assert max(sizes) <= 1.1 * bound
+
+
+def test_a_text_folders_sample_is_the_first_rows_of_its_largest_file(spark, tmp_path):
+    # A few narrow rows in one file, 2,500 wide ones in another: the sample is 2,000 of the
+    # wide ones. A Parquet folder is not sampled (its footers give its rows' size).
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    schema = "order_id BIGINT, status STRING, amount DOUBLE, updated_at TIMESTAMP"
+
+    def write(name: str, keys, status: str) -> None:
+        rows = [
+            {"order_id": n, "status": status, "amount": 1.0, "updated_at": at(1, 1).isoformat()}
+            for n in keys
+        ]
+        (folder / name).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+    write("part-00001.json", range(1, 6), "s")
+    write("part-00002.json", range(10, 2510), "w" * 300)
+    spec = make_spec(str(folder), source={"format": "json", "schema": schema})
+    source = FileSource(spark, "orders", spec.source)
+
+    sample = source.sample(2000)
+    assert sample is not None
+    statuses = [r.status for r in sample.collect()]
+    assert len(statuses) == 2000 and set(statuses) == {"w" * 300}
+    assert not source.compressed_text()
+
+    (tmp_path / "parquet").mkdir()
+    pq.write_table(order_rows([(1, "placed", 1.0, at(1, 1))]), tmp_path / "parquet" / "a.parquet")
+    parquet = make_spec(str(tmp_path / "parquet"), source={"format": "parquet"})
+    assert FileSource(spark, "orders", parquet.source).sample(2000) is None
 
 
 def _wide_folder(folder: Path, fmt: str, rows: pa.Table):
