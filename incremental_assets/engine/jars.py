@@ -145,7 +145,8 @@ def announce(jar_plan: JarPlan) -> None:
 
 
 def record(jar_plan: JarPlan, resolved_jars: str) -> None:
-    """Write the manifest of jars Spark resolved (its ``spark.jars`` after start)."""
+    """Write the manifest of jars Spark resolved: those of ``resolved_jars`` (the jars a
+    session started with, comma-separated) that lie in the cache."""
     if jar_plan.manifest is None:
         return
     # Spark names the files by their real paths: the cache's, and its ivy folder's where

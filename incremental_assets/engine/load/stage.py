@@ -201,13 +201,18 @@ def extract(
         events_recovered=staged.recovered,
         bytes_per_row=None
         if state.exists
-        else _bytes_per_row(spark, spec, source, staged, stage_root),
+        else _bytes_per_row(spark, spec, source, staged, staged_path, stage_root),
         **written,
     )
 
 
 def _bytes_per_row(
-    spark: SparkSession, spec: TableSpec, source: Source, staged: Staged, stage_root: str
+    spark: SparkSession,
+    spec: TableSpec,
+    source: Source,
+    staged: Staged,
+    staged_path: str,
+    stage_root: str,
 ) -> float | None:
     """The bytes a row of the table a run creates is expected to take: the source's
     (``Source.bytes_per_row``: a Delta table's log, a Parquet folder's footers), else the
@@ -227,7 +232,7 @@ def _bytes_per_row(
         return known
     if staged.increment is None:
         rows = int(staged.written.get("rows") or 0)
-        return staging.bytes_per_row(spark, f"{stage_root}/increment", rows)
+        return staging.bytes_per_row(spark, staged_path, rows)
     sample = source.sample(SAMPLED_ROWS)
     if sample is None:
         return None
